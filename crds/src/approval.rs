@@ -1,0 +1,68 @@
+//! `ApprovalRequest`: a stage gate waiting for a person.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+#[allow(unused_imports)]
+use kube::core::{ListMerge, Rule};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// Condition type set by a person (kubectl or the dashboard) to approve.
+pub const APPROVED: &str = "Approved";
+/// Condition type set by the hub once the run has taken the approval into account.
+pub const APPROVAL_ACCEPTED: &str = "ApprovalAccepted";
+
+/// Created by an UpdateRun when a stage's Approval task is reached, named `<run>-<stage>`. A
+/// person approves by setting condition `Approved` with status `True` on its status
+/// subresource, e.g. `kubectl patch approvalrequest <name> --subresource=status --type=merge -p …`.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "fleethub.dev",
+    version = "v1alpha1",
+    kind = "ApprovalRequest",
+    plural = "approvalrequests",
+    shortname = "approval",
+    shortname = "areq",
+    category = "fleethub",
+    status = "ApprovalRequestStatus",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "A stage gate of an UpdateRun waiting for a person: approve it by setting condition Approved=True on its status subresource.",
+    selectable = ".spec.parentStageRollout",
+    printcolumn(name = "Run", type_ = "string", json_path = ".spec.parentStageRollout"),
+    printcolumn(name = "Stage", type_ = "string", json_path = ".spec.targetStage"),
+    printcolumn(
+        name = "Approved",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Approved\")].status"
+    ),
+    printcolumn(
+        name = "Accepted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"ApprovalAccepted\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self == oldSelf").message("spec is immutable: an ApprovalRequest always gates the same run and stage"))]
+pub struct ApprovalRequestSpec {
+    /// The UpdateRun this request gates.
+    #[schemars(length(min = 1, max = 63))]
+    pub parent_stage_rollout: String,
+    /// The stage whose after-stage Approval task this is.
+    #[schemars(length(min = 1, max = 63))]
+    pub target_stage: String,
+}
+
+/// The approval itself.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalRequestStatus {
+    /// `Approved` (set by a person) and `ApprovalAccepted` (set by the hub).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,97 @@
+//! `Binding`: which snapshot of a placement one member cluster should run.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+#[allow(unused_imports)]
+use kube::core::{ListMerge, Rule};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Binds one Placement to one member cluster, named `<placement>-<cluster>`. Pointing it at a
+/// resource snapshot index is how a cluster is moved to a version; its status rolls up what the
+/// member reported.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "fleethub.dev",
+    version = "v1alpha1",
+    kind = "Binding",
+    plural = "bindings",
+    shortname = "fbinding",
+    category = "fleethub",
+    status = "BindingStatus",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "Which snapshot of a Placement one member cluster should run.",
+    selectable = ".spec.placementName",
+    selectable = ".spec.targetCluster",
+    printcolumn(
+        name = "Placement",
+        type_ = "string",
+        json_path = ".spec.placementName"
+    ),
+    printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.targetCluster"),
+    printcolumn(name = "State", type_ = "string", json_path = ".spec.state"),
+    printcolumn(
+        name = "Index",
+        type_ = "string",
+        json_path = ".spec.resourceSnapshotIndex"
+    ),
+    printcolumn(
+        name = "Available",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Available\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.state != 'Bound' || has(self.resourceSnapshotIndex)").message("resourceSnapshotIndex is required when state is Bound"))]
+pub struct BindingSpec {
+    /// The Placement being bound.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("placementName is immutable"))]
+    #[schemars(length(min = 1, max = 63))]
+    pub placement_name: String,
+    /// The MemberCluster being bound to.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("targetCluster is immutable"))]
+    #[schemars(length(min = 1, max = 50))]
+    pub target_cluster: String,
+    /// `Scheduled` (selected, not yet rolled out), `Bound` (should run resourceSnapshotIndex),
+    /// `Unscheduled` (no longer selected; its objects are to be removed).
+    pub state: BindingState,
+    /// The resource snapshot index the cluster should run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub resource_snapshot_index: Option<i64>,
+    /// The UpdateRun that last set resourceSnapshotIndex, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub update_run_name: Option<String>,
+}
+
+/// The lifecycle of a binding.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BindingState {
+    /// Selected by the placement; no version rolled out to it yet.
+    #[default]
+    Scheduled,
+    /// Should run the snapshot at resourceSnapshotIndex.
+    Bound,
+    /// No longer selected; the placement's objects are to be removed from the cluster.
+    Unscheduled,
+}
+
+/// What the member reported for this binding.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingStatus {
+    /// `RolloutStarted`, `WorkSynchronized`, `Applied`, `Available`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// The snapshot index the member last reported applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_resource_snapshot_index: Option<i64>,
+}

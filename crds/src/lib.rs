@@ -1,0 +1,48 @@
+//! fleethub's API (group `fleethub.dev`, version `v1alpha1`): the custom resource types, their
+//! admission rules, and the pure logic that the hub, the member agent and the dashboard share.
+#![forbid(unsafe_code)]
+
+pub mod approval;
+pub mod binding;
+pub mod concurrency;
+pub mod conditions;
+pub mod duration;
+pub mod member_cluster;
+pub mod names;
+pub mod placement;
+pub mod resource_snapshot;
+mod schema;
+pub mod strategy;
+pub mod update_run;
+pub mod work;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+pub use approval::ApprovalRequest;
+pub use binding::Binding;
+pub use member_cluster::MemberCluster;
+pub use placement::Placement;
+pub use resource_snapshot::ResourceSnapshot;
+pub use strategy::StagedUpdateStrategy;
+pub use update_run::UpdateRun;
+pub use work::Work;
+
+/// The API group of every fleethub resource.
+pub const GROUP: &str = "fleethub.dev";
+/// The API version of every fleethub resource.
+pub const VERSION: &str = "v1alpha1";
+
+/// Every fleethub CustomResourceDefinition, in a stable order.
+pub fn all_crds() -> Vec<CustomResourceDefinition> {
+    vec![
+        MemberCluster::crd(),
+        Placement::crd(),
+        ResourceSnapshot::crd(),
+        Binding::crd(),
+        Work::crd(),
+        StagedUpdateStrategy::crd(),
+        UpdateRun::crd(),
+        ApprovalRequest::crd(),
+    ]
+}

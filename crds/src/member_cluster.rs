@@ -1,0 +1,73 @@
+//! `MemberCluster`: one per member cluster of the fleet.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+#[allow(unused_imports)]
+use kube::core::{ListMerge, Rule};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// Condition type: the member's agent has joined the hub.
+pub const JOINED: &str = "Joined";
+/// Condition type: the member's agent heartbeats on time.
+pub const HEALTHY: &str = "Healthy";
+
+/// A member cluster of the fleet. Its labels are what update stages select on. Creating one makes
+/// the hub provision namespace `fleet-member-<name>` with RBAC that lets that member's agent read
+/// its Works and write only its own statuses.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "fleethub.dev",
+    version = "v1alpha1",
+    kind = "MemberCluster",
+    plural = "memberclusters",
+    shortname = "member",
+    shortname = "mc",
+    category = "fleethub",
+    status = "MemberClusterStatus",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "A member cluster of the fleet. Labels on it are what StagedUpdateStrategy stages select on.",
+    validation = Rule::new("self.metadata.name.size() <= 50 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS label of at most 50 characters, so that namespace fleet-member-<name> is valid"),
+    printcolumn(name = "Joined", type_ = "string", json_path = ".status.conditions[?(@.type==\"Joined\")].status"),
+    printcolumn(name = "Healthy", type_ = "string", json_path = ".status.conditions[?(@.type==\"Healthy\")].status"),
+    printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.nodeCount"),
+    printcolumn(name = "Kubernetes", type_ = "string", json_path = ".status.kubernetesVersion"),
+    printcolumn(name = "Heartbeat", type_ = "date", json_path = ".status.lastHeartbeatTime"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberClusterSpec {
+    /// How often the member's agent reports a heartbeat, in seconds (default 15). The hub marks
+    /// the member Healthy=False when no heartbeat arrived for several periods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 600))]
+    pub heartbeat_period_seconds: Option<i32>,
+}
+
+/// What the member's agent last reported, and the hub's view of the member's health.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberClusterStatus {
+    /// `Joined` (the agent has connected) and `Healthy` (its heartbeat is fresh).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// When the agent last reported a heartbeat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_heartbeat_time: Option<Time>,
+    /// The version of the member agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
+    /// The member's Kubernetes version, as its API server reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
+    /// How many nodes the member has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_count: Option<i32>,
+    /// The sum of the members' nodes' allocatable resources (e.g. `cpu`, `memory`, `pods`), as
+    /// Kubernetes quantities.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub allocatable: BTreeMap<String, String>,
+}

@@ -1,0 +1,157 @@
+//! `Placement`: what goes where, and how new versions roll out.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+#[allow(unused_imports)]
+use kube::core::{ListMerge, Rule};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Selects hub objects to place on member clusters: `PickAll` selected clusters receive every
+/// object these selectors match (a Namespace brings everything in it along).
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "fleethub.dev",
+    version = "v1alpha1",
+    kind = "Placement",
+    plural = "placements",
+    shortname = "pl",
+    category = "fleethub",
+    status = "PlacementStatus",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "What goes where: hub objects selected by resourceSelectors are placed on the member clusters the policy selects, rolled out by strategy.",
+    validation = Rule::new("self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS label of at most 63 characters (it is used as a label value)"),
+    printcolumn(name = "Strategy", type_ = "string", json_path = ".spec.strategy.type"),
+    printcolumn(name = "Clusters", type_ = "integer", json_path = ".status.selectedClusterCount"),
+    printcolumn(name = "Latest-Index", type_ = "integer", json_path = ".status.latestResourceSnapshotIndex"),
+    printcolumn(name = "Available", type_ = "string", json_path = ".status.conditions[?(@.type==\"Available\")].status"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementSpec {
+    /// The hub objects to place. A Namespace selector brings the namespace and everything in it.
+    #[schemars(length(min = 1, max = 100))]
+    pub resource_selectors: Vec<ResourceSelector>,
+    /// Which member clusters receive the objects (default: every joined cluster).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PlacementPolicy>,
+    /// How a new version of the objects reaches the selected clusters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<RolloutStrategy>,
+    /// How many ResourceSnapshots to keep (default 10). A snapshot an active UpdateRun points at
+    /// is never deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub revision_history_limit: Option<i32>,
+}
+
+/// Selects hub objects of one kind, by name or by labels (or all of that kind when neither is
+/// given).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!(has(self.name) && has(self.labelSelector))").message("name and labelSelector are mutually exclusive: select by one or the other"))]
+pub struct ResourceSelector {
+    /// API group of the objects ("" for the core group).
+    #[serde(default)]
+    #[schemars(length(max = 253))]
+    pub group: String,
+    /// API version of the objects, e.g. `v1`.
+    #[schemars(length(min = 1, max = 63))]
+    pub version: String,
+    /// Kind of the objects, e.g. `Namespace` or `ClusterRole`.
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+    /// Name of the one object to select.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub name: Option<String>,
+    /// Labels the selected objects carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelector>,
+}
+
+/// How member clusters are picked.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PlacementType {
+    /// Every joined member cluster (optionally only those matching clusterSelector).
+    #[default]
+    PickAll,
+    /// Exactly the clusters named in clusterNames.
+    PickFixed,
+}
+
+/// Which member clusters receive a placement's objects.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.placementType == 'PickFixed' ? (has(self.clusterNames) && size(self.clusterNames) > 0) : !has(self.clusterNames)").message("clusterNames is required (non-empty) when placementType is PickFixed, and forbidden otherwise"))]
+#[x_kube(validation = Rule::new("!(self.placementType == 'PickFixed' && has(self.clusterSelector))").message("clusterSelector cannot be combined with placementType PickFixed"))]
+pub struct PlacementPolicy {
+    /// `PickAll` (default) or `PickFixed`.
+    #[serde(default)]
+    pub placement_type: PlacementType,
+    /// With PickAll: only clusters whose labels match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_selector: Option<LabelSelector>,
+    /// With PickFixed: the MemberCluster names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1000), inner(length(min = 1, max = 50)))]
+    pub cluster_names: Option<Vec<String>>,
+}
+
+/// How a placement's new versions reach its clusters.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RolloutStrategyType {
+    /// The hub moves every selected cluster to the latest snapshot itself.
+    #[default]
+    RollingUpdate,
+    /// Only UpdateRuns move clusters to a new snapshot.
+    External,
+}
+
+/// The rollout strategy of a placement.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStrategy {
+    /// `RollingUpdate` (default) or `External` (use UpdateRuns).
+    #[serde(default, rename = "type")]
+    pub type_: RolloutStrategyType,
+}
+
+/// Observed state of a placement.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementStatus {
+    /// `Scheduled`, `RolloutStarted`, `Applied`, `Available`, rolled up over the clusters.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// The generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The index of the newest ResourceSnapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_resource_snapshot_index: Option<i64>,
+    /// How many clusters the policy selects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selected_cluster_count: Option<i32>,
+    /// Per selected cluster: which snapshot it runs and how that is going.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["clusterName".into()]))]
+    pub placement_statuses: Vec<ClusterPlacementStatus>,
+}
+
+/// One cluster's view of a placement.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterPlacementStatus {
+    /// The MemberCluster.
+    pub cluster_name: String,
+    /// The snapshot index the cluster is bound to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_snapshot_index: Option<i64>,
+    /// `Scheduled`, `RolloutStarted`, `Applied`, `Available` for this cluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}

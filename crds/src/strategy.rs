@@ -1,0 +1,123 @@
+//! `StagedUpdateStrategy`: a reusable, ordered list of stages.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+#[allow(unused_imports)]
+use kube::core::{ListMerge, Rule};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::schema::int_or_percent;
+
+/// The most stages a strategy may have.
+pub const MAX_STAGES: usize = 31;
+
+/// A reusable, ordered list of stages that an UpdateRun walks: each stage selects member clusters
+/// by label, updates them in the order of an integer sorting label (else by name), at most
+/// maxConcurrency at a time, and is gated by up to two after-stage tasks.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "fleethub.dev",
+    version = "v1alpha1",
+    kind = "StagedUpdateStrategy",
+    plural = "stagedupdatestrategies",
+    shortname = "sus",
+    shortname = "strategy",
+    category = "fleethub",
+    status = "StagedUpdateStrategyStatus",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "A reusable, ordered list of stages that UpdateRuns walk when rolling a Placement out.",
+    printcolumn(name = "Stages", type_ = "string", json_path = ".spec.stages[*].name"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct StagedUpdateStrategySpec {
+    /// The stages, walked in this order. At most 31; names must be unique.
+    #[schemars(length(min = 1, max = 31))]
+    #[x_kube(validation = Rule::new("self.all(s, self.exists_one(t, t.name == s.name))").message("stage names must be unique"))]
+    pub stages: Vec<StageConfig>,
+}
+
+/// One stage of a strategy.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.afterStageTasks) || self.afterStageTasks.all(t, self.afterStageTasks.exists_one(u, u.type == t.type))").message("afterStageTasks may hold at most one task of each type"))]
+pub struct StageConfig {
+    /// The stage's name: a DNS label (lower-case letters, digits, '-'), unique in the strategy.
+    /// ApprovalRequests are named `<run>-<stage>`.
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub name: String,
+    /// Selects the member clusters of this stage by their labels. Every cluster a placement
+    /// selects must match exactly one stage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelector>,
+    /// A label whose integer value orders the clusters within the stage (lowest first; ties and
+    /// clusters without the label by name). Without it, clusters go in name order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 317),
+        regex(
+            pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+        )
+    )]
+    pub sorting_label_key: Option<String>,
+    /// How many of the stage's clusters update at once: an integer ≥ 1 or a percentage from 1%
+    /// to 100% of the stage's clusters (rounded down, at least 1). Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "int_or_percent")]
+    #[x_kube(validation = Rule::new("type(self) != int || self >= 1").message("maxConcurrency must be an integer of at least 1 or a percentage from 1% to 100%"))]
+    pub max_concurrency: Option<IntOrString>,
+    /// Tasks that must all pass after the stage's clusters are done and before the next stage
+    /// starts: at most two, at most one of each type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 2))]
+    pub after_stage_tasks: Vec<AfterStageTask>,
+}
+
+/// The kinds of after-stage task.
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord,
+)]
+pub enum AfterStageTaskType {
+    /// Wait for waitTime, measured from when the stage's clusters finished.
+    TimedWait,
+    /// Wait for a person to approve the ApprovalRequest `<run>-<stage>`.
+    Approval,
+}
+
+/// A gate between a stage and the next.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.type == 'TimedWait' ? has(self.waitTime) : !has(self.waitTime)").message("waitTime is required for a TimedWait task and forbidden for an Approval task"))]
+pub struct AfterStageTask {
+    /// `TimedWait` or `Approval`.
+    #[serde(rename = "type")]
+    pub type_: AfterStageTaskType,
+    /// For TimedWait: how long to wait, like `30s`, `5m` or `1h30m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 2, max = 20),
+        regex(pattern = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$")
+    )]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("waitTime must be longer than 0s"))]
+    pub wait_time: Option<String>,
+}
+
+/// Observed state of a strategy (reserved; strategies are plain configuration).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StagedUpdateStrategyStatus {
+    /// Conditions about the strategy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,181 @@
+//! `UpdateRun`: one execution of a strategy, rolling one placement to one snapshot index.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+#[allow(unused_imports)]
+use kube::core::{ListMerge, Rule};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::strategy::{AfterStageTaskType, StagedUpdateStrategySpec};
+
+/// Condition type: the run froze its strategy and cluster plan into status.
+pub const INITIALIZED: &str = "Initialized";
+/// Condition type: the run is moving (False while it waits on a gate or is stopped).
+pub const PROGRESSING: &str = "Progressing";
+/// Condition type: the run finished (True) or failed (False).
+pub const SUCCEEDED: &str = "Succeeded";
+
+/// Rolls one Placement (whose strategy type is External) out to one resource snapshot index,
+/// stage by stage, as a StagedUpdateStrategy says. All progress lives in status, so a restarted
+/// hub resumes exactly where it was.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "fleethub.dev",
+    version = "v1alpha1",
+    kind = "UpdateRun",
+    plural = "updateruns",
+    shortname = "ur",
+    shortname = "run",
+    category = "fleethub",
+    status = "UpdateRunStatus",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "Rolls one Placement out to one resource snapshot index, stage by stage, following a StagedUpdateStrategy.",
+    selectable = ".spec.placementName",
+    validation = Rule::new("self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS label of at most 63 characters (ApprovalRequests are named <run>-<stage> and labelled with it)"),
+    printcolumn(name = "Placement", type_ = "string", json_path = ".spec.placementName"),
+    printcolumn(name = "Index", type_ = "string", json_path = ".spec.resourceSnapshotIndex"),
+    printcolumn(name = "Strategy", type_ = "string", json_path = ".spec.stagedRolloutStrategyName", priority = 1),
+    printcolumn(name = "Stage", type_ = "string", json_path = ".status.currentStage"),
+    printcolumn(name = "Initialized", type_ = "string", json_path = ".status.conditions[?(@.type==\"Initialized\")].status", priority = 1),
+    printcolumn(name = "Progressing", type_ = "string", json_path = ".status.conditions[?(@.type==\"Progressing\")].reason"),
+    printcolumn(name = "Succeeded", type_ = "string", json_path = ".status.conditions[?(@.type==\"Succeeded\")].status"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateRunSpec {
+    /// The Placement to roll out. Immutable.
+    #[schemars(length(min = 1, max = 63))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("placementName is immutable: create a new UpdateRun instead"))]
+    pub placement_name: String,
+    /// The resource snapshot index to roll out, as a decimal string (e.g. "3"). Immutable. An
+    /// older index is a rollback.
+    #[schemars(length(min = 1, max = 18), regex(pattern = r"^[0-9]+$"))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("resourceSnapshotIndex is immutable: create a new UpdateRun instead"))]
+    pub resource_snapshot_index: String,
+    /// The StagedUpdateStrategy to follow. Immutable; the run freezes a copy of it when it starts.
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("stagedRolloutStrategyName is immutable: create a new UpdateRun instead"))]
+    pub staged_rollout_strategy_name: String,
+    /// `Run` (default) or `Stop`. A stopped run starts no new cluster; clusters already updating
+    /// finish. Setting it back to `Run` resumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<UpdateRunState>,
+    /// How long a cluster may take to report its Work Available before the run stops and says
+    /// which cluster and object failed (e.g. `5m`; default 5m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 2, max = 20),
+        regex(pattern = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$")
+    )]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("healthTimeout must be longer than 0s"))]
+    pub health_timeout: Option<String>,
+}
+
+/// Whether a run may start new clusters.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UpdateRunState {
+    /// Proceed.
+    #[default]
+    Run,
+    /// Start nothing new; let clusters already updating finish.
+    Stop,
+}
+
+/// The progress of a run. Everything the run decides on is here, so a restarted hub resumes it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateRunStatus {
+    /// `Initialized`, `Progressing`, `Succeeded`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// The generation of the spec last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The name of the stage in progress (or waiting on its after-stage tasks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_stage: Option<String>,
+    /// How many clusters the placement selected when the run initialized.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_observed_cluster_count: Option<i32>,
+    /// The copy of the strategy frozen at initialization; later edits to the strategy do not
+    /// affect this run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staged_update_strategy_snapshot: Option<StagedUpdateStrategySpec>,
+    /// The plan and progress of every stage, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages_status: Vec<StageUpdatingStatus>,
+    /// The final stage that removes the workload from clusters the placement no longer selects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_stage_status: Option<StageUpdatingStatus>,
+    /// When the run started executing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// When the run finished (succeeded or failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<Time>,
+}
+
+/// One stage's plan and progress.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StageUpdatingStatus {
+    /// The stage.
+    pub stage_name: String,
+    /// The stage's clusters, in update order.
+    #[serde(default)]
+    pub clusters: Vec<ClusterUpdatingStatus>,
+    /// The stage's after-stage tasks and their progress.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after_stage_task_status: Vec<AfterStageTaskStatus>,
+    /// `Progressing` (False with reason StageUpdatingWaiting while gates are pending) and
+    /// `Succeeded`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// When the stage's first cluster started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// When the stage's clusters were all done; TimedWait is measured from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusters_completed_time: Option<Time>,
+    /// When the stage (including its after-stage tasks) finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<Time>,
+}
+
+/// One cluster's progress within a stage.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterUpdatingStatus {
+    /// The MemberCluster.
+    pub cluster_name: String,
+    /// `Started` and `Succeeded` (False with a reason naming the object when it failed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// When the run pointed the cluster's Binding at the snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// When the member reported the Work applied and available.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<Time>,
+}
+
+/// An after-stage task's progress.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AfterStageTaskStatus {
+    /// `TimedWait` or `Approval`.
+    #[serde(rename = "type")]
+    pub type_: AfterStageTaskType,
+    /// For Approval: the ApprovalRequest a person approves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_request_name: Option<String>,
+    /// `WaitTimeElapsed`; `ApprovalRequestCreated` and `ApprovalRequestApproved`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,137 @@
+//! `Work`: the manifests one member must apply for one binding.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+#[allow(unused_imports)]
+use kube::core::{ListMerge, Rule};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::schema::embedded_objects;
+
+/// Condition type: every manifest was applied to the member.
+pub const APPLIED: &str = "Applied";
+/// Condition type: every workload in the Work runs the new template and is ready.
+pub const AVAILABLE: &str = "Available";
+
+/// The manifests one member cluster must apply for one Binding. Lives in the hub namespace
+/// `fleet-member-<cluster>`; its status is written by that member's agent.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "fleethub.dev",
+    version = "v1alpha1",
+    kind = "Work",
+    plural = "works",
+    shortname = "fwork",
+    category = "fleethub",
+    namespaced,
+    status = "WorkStatus",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "The manifests one member cluster must apply for one Binding; its status is written by that member's agent.",
+    printcolumn(
+        name = "Placement",
+        type_ = "string",
+        json_path = ".spec.placementName"
+    ),
+    printcolumn(
+        name = "Index",
+        type_ = "integer",
+        json_path = ".spec.resourceSnapshotIndex"
+    ),
+    printcolumn(
+        name = "Applied",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Applied\")].status"
+    ),
+    printcolumn(
+        name = "Available",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Available\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkSpec {
+    /// The Placement these manifests come from.
+    #[schemars(length(min = 1, max = 63))]
+    pub placement_name: String,
+    /// The resource snapshot index these manifests are a copy of.
+    #[schemars(range(min = 0))]
+    pub resource_snapshot_index: i64,
+    /// How long the member may take to make every workload available before it reports
+    /// Available=False (e.g. `5m`; default 5m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 2, max = 20),
+        regex(pattern = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$")
+    )]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("healthTimeout must be longer than 0s"))]
+    pub health_timeout: Option<String>,
+    /// The objects to apply.
+    pub workload: WorkloadTemplate,
+}
+
+/// The objects of a Work.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadTemplate {
+    /// Complete Kubernetes objects (apiVersion, kind, metadata, …), applied with server-side
+    /// apply in dependency order (CustomResourceDefinitions and Namespaces first).
+    #[serde(default)]
+    #[schemars(schema_with = "embedded_objects")]
+    pub manifests: Vec<serde_json::Value>,
+}
+
+/// What the member's agent reported.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkStatus {
+    /// `Applied` and `Available`, each with the spec generation it describes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// The resource snapshot index of the manifests last applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_resource_snapshot_index: Option<i64>,
+    /// Per-manifest conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub manifest_conditions: Vec<ManifestCondition>,
+}
+
+/// The state of one manifest of a Work on the member.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestCondition {
+    /// Which manifest.
+    pub identifier: ManifestIdentifier,
+    /// `Applied` and `Available` for this object.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// Identifies one manifest of a Work.
+#[derive(
+    KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestIdentifier {
+    /// Position of the manifest in spec.workload.manifests.
+    pub ordinal: i32,
+    /// API group ("" for core).
+    #[serde(default)]
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace, for namespaced objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
