@@ -1,6 +1,9 @@
 //! fleethub's API (group `fleethub.dev`, version `v1alpha1`): the custom resource types, their
 //! admission rules, and the pure logic that the hub, the member agent and the dashboard share.
 #![forbid(unsafe_code)]
+// `#[kube(printcolumn(type_ = "string", …))]` repeats `type_ = "string"` by design; clippy reads
+// the repeated key as a duplicated attribute.
+#![allow(clippy::duplicated_attributes)]
 
 pub mod approval;
 pub mod binding;

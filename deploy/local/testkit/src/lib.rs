@@ -1,1 +1,255 @@
+//! Test support for fleethub's integration tests: clients for the hub and the member clusters of
+//! a running local fleet (`deploy/local/fleet`), unique names so tests do not collide, and waits
+//! that watch with a deadline instead of sleeping.
+//!
+//! The fleet is found in `$FLEET_DIR` (default `<repo>/.fleet`). When no fleet runs there, the
+//! kit starts a private one for this test process in `<repo>/.fleet-test-<pid>` on free ports,
+//! with a watchdog that takes it down when the process exits, so no process is left behind.
+//! `deploy/local/fleet test` brings one fleet up for the whole suite instead.
+#![forbid(unsafe_code)]
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::wait::{Condition, await_condition};
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
+
+/// Errors of the test kit.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The fleet could not be found or started.
+    #[error("local fleet unavailable: {0}")]
+    Fleet(String),
+    /// A kubeconfig could not be loaded.
+    #[error("kubeconfig {0}: {1}")]
+    Kubeconfig(PathBuf, String),
+    /// A wait ran past its deadline.
+    #[error("timed out after {0:?} waiting for {1}")]
+    Timeout(Duration, String),
+    /// The Kubernetes client failed.
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+}
+
+/// A running local fleet.
+#[derive(Debug)]
+pub struct Fleet {
+    dir: PathBuf,
+    members: usize,
+}
+
+static FLEET: OnceLock<Result<Fleet, String>> = OnceLock::new();
+
+/// The repository root (this crate lives in `deploy/local/testkit`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..")
+}
+
+fn fleet_script() -> PathBuf {
+    repo_root().join("deploy/local/fleet")
+}
+
+impl Fleet {
+    /// The fleet every test of this process shares: the one running in `$FLEET_DIR`, or a
+    /// private one started on first use.
+    pub fn get() -> Result<&'static Fleet, Error> {
+        FLEET
+            .get_or_init(|| Self::find_or_start().map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| Error::Fleet(e.clone()))
+    }
+
+    fn find_or_start() -> Result<Fleet, Error> {
+        let dir = std::env::var_os("FLEET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| repo_root().join(".fleet"));
+        if status_ok(&dir) {
+            return Fleet::at(dir);
+        }
+        let dir = repo_root().join(format!(".fleet-test-{}", std::process::id()));
+        let base = free_port_base()
+            .ok_or_else(|| Error::Fleet("no free port range for a private fleet".into()))?;
+        eprintln!(
+            "fleethub-testkit: no fleet running; starting a private one in {}",
+            dir.display()
+        );
+        let out = Command::new(fleet_script())
+            .args(["up", "--owner-pid", &std::process::id().to_string()])
+            .env("FLEET_DIR", &dir)
+            .env("FLEET_PORT_BASE", base.to_string())
+            .output()
+            .map_err(|e| Error::Fleet(format!("cannot run deploy/local/fleet: {e}")))?;
+        if !out.status.success() {
+            return Err(Error::Fleet(format!(
+                "deploy/local/fleet up failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Fleet::at(dir)
+    }
+
+    fn at(dir: PathBuf) -> Result<Fleet, Error> {
+        let env = std::fs::read_to_string(dir.join("fleet.env"))
+            .map_err(|e| Error::Fleet(format!("{}: {e}", dir.join("fleet.env").display())))?;
+        let members = env
+            .lines()
+            .find_map(|l| l.strip_prefix("FLEET_MEMBERS="))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| Error::Fleet(format!("{} names no FLEET_MEMBERS", dir.display())))?;
+        Ok(Fleet { dir, members })
+    }
+
+    /// The fleet's state directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// How many member clusters the fleet has (`member-1` … `member-N`).
+    pub fn member_count(&self) -> usize {
+        self.members
+    }
+
+    /// The admin kubeconfig of cluster `name` (`hub` or `member-<i>`).
+    pub fn kubeconfig(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.kubeconfig"))
+    }
+
+    /// An admin client for the hub. Create clients inside each test: a client is bound to the
+    /// runtime it was made in.
+    pub async fn hub(&self) -> Result<Client, Error> {
+        client(&self.kubeconfig("hub")).await
+    }
+
+    /// An admin client for member `i` (1-based).
+    pub async fn member(&self, i: usize) -> Result<Client, Error> {
+        client(&self.kubeconfig(&format!("member-{i}"))).await
+    }
+}
+
+fn status_ok(dir: &Path) -> bool {
+    dir.join("hub.kubeconfig").exists()
+        && Command::new(fleet_script())
+            .arg("status")
+            .env("FLEET_DIR", dir)
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+}
+
+/// A port base whose fleet ports (base..base+20 and base+100..base+120) are all free.
+fn free_port_base() -> Option<u16> {
+    let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+    let start = 20000 + (std::process::id() % 40) as u16 * 200;
+    (0..40u16)
+        .map(|k| 20000 + (start - 20000 + k * 200) % 8000)
+        .find(|&base| (base..base + 20).chain(base + 100..base + 120).all(free))
+}
+
+async fn client(path: &Path) -> Result<Client, Error> {
+    let err = |e: &dyn std::fmt::Display| Error::Kubeconfig(path.to_path_buf(), e.to_string());
+    let kc = Kubeconfig::read_from(path).map_err(|e| err(&e))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| err(&e))?;
+    Client::try_from(config).map_err(|e| err(&e))
+}
+
+/// `prefix-` followed by 8 random hex digits: a name no other test run uses.
+pub fn unique_name(prefix: &str) -> String {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u32(std::process::id());
+    format!("{prefix}-{:08x}", h.finish() as u32)
+}
+
+/// Watches object `name` until `condition` holds, failing after `timeout`. Returns the object.
+pub async fn wait_for<K>(
+    api: &Api<K>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    condition: impl Condition<K>,
+) -> Result<K, Error>
+where
+    K: Resource + Clone + std::fmt::Debug + DeserializeOwned + Send + 'static,
+{
+    match tokio::time::timeout(timeout, await_condition(api.clone(), name, condition)).await {
+        Ok(Ok(Some(obj))) => Ok(obj),
+        Ok(Ok(None)) => Err(Error::Timeout(
+            timeout,
+            format!("{what} (object {name} is gone)"),
+        )),
+        Ok(Err(e)) => Err(Error::Fleet(format!("watch for {what} failed: {e}"))),
+        Err(_) => Err(Error::Timeout(timeout, format!("{what} ({name})"))),
+    }
+}
+
+/// Watches object `name` until it no longer exists, failing after `timeout`.
+pub async fn wait_deleted<K>(api: &Api<K>, name: &str, timeout: Duration) -> Result<(), Error>
+where
+    K: Resource + Clone + std::fmt::Debug + DeserializeOwned + Send + 'static,
+{
+    let gone = |o: Option<&K>| o.is_none();
+    match tokio::time::timeout(timeout, await_condition(api.clone(), name, gone)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(Error::Fleet(format!(
+            "watch for deletion of {name} failed: {e}"
+        ))),
+        Err(_) => Err(Error::Timeout(timeout, format!("deletion of {name}"))),
+    }
+}
+
+/// A plain HTTP/1.1 GET of `path` on `addr` (e.g. a health endpoint): the status code and body.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("not an HTTP response: {response:?}")))?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, failing after `timeout`. For state that
+/// cannot be watched (a process's HTTP endpoint); use [`wait_for`] for Kubernetes objects.
+pub async fn poll_until<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Error::Timeout(timeout, what.to_string()));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?
+        .local_addr()?
+        .port())
+}

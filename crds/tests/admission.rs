@@ -1,0 +1,605 @@
+//! The fleethub CRDs on a real hub API server: installed and established, valid objects
+//! accepted, invalid ones rejected at admission with a message naming the offending field, and
+//! immutable fields kept immutable.
+
+use fleethub_crds::{
+    ApprovalRequest, Binding, MemberCluster, Placement, ResourceSnapshot, StagedUpdateStrategy,
+    UpdateRun, Work,
+};
+use fleethub_testkit::{Fleet, unique_name};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::{Api, Client, Resource};
+use serde_json::{Value, json};
+
+fn api_for<K: Resource<DynamicType = ()>>(
+    client: &Client,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
+    let ar = ApiResource::erase::<K>(&());
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    }
+}
+
+fn object(kind: &str, name: &str, spec: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "fleethub.dev/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+/// The three-stage strategy of the reference design, in fleethub's group.
+fn reference_strategy() -> Value {
+    json!({"stages": [
+        {"name": "staging", "labelSelector": {"matchLabels": {"environment": "staging"}},
+         "afterStageTasks": [{"type": "TimedWait", "waitTime": "1h"}]},
+        {"name": "canary", "labelSelector": {"matchLabels": {"environment": "canary"}},
+         "afterStageTasks": [{"type": "Approval"}]},
+        {"name": "production", "labelSelector": {"matchLabels": {"environment": "production"}},
+         "sortingLabelKey": "order", "maxConcurrency": "50%",
+         "afterStageTasks": [{"type": "Approval"}, {"type": "TimedWait", "waitTime": "1h"}]}
+    ]})
+}
+
+fn stage(extra: Value) -> Value {
+    let mut s = json!({"name": "staging"});
+    s.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    json!({"stages": [s]})
+}
+
+fn run_spec() -> Value {
+    json!({"placementName": "web", "resourceSnapshotIndex": "1", "stagedRolloutStrategyName": "three-stages"})
+}
+
+#[tokio::test]
+async fn every_crd_is_established_on_the_hub() {
+    let hub = Fleet::get().unwrap().hub().await.unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(hub);
+    for want in fleethub_crds::all_crds() {
+        let name = want.metadata.name.clone().unwrap();
+        let got = crds
+            .get(&name)
+            .await
+            .unwrap_or_else(|e| panic!("CRD {name} is not installed: {e}"));
+        let established = got
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        assert!(established, "CRD {name} is not Established");
+        assert_eq!(got.spec.names.kind, want.spec.names.kind);
+        assert_eq!(got.spec.versions[0].name, "v1alpha1");
+        assert!(
+            got.spec.versions[0]
+                .subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some(),
+            "{name} has no status subresource"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_reference_three_stage_strategy_is_accepted_and_round_trips() {
+    let hub = Fleet::get().unwrap().hub().await.unwrap();
+    let api: Api<StagedUpdateStrategy> = Api::all(hub);
+    let name = unique_name("three-stages");
+    let strategy: StagedUpdateStrategy = serde_json::from_value(json!({
+        "apiVersion": "fleethub.dev/v1alpha1", "kind": "StagedUpdateStrategy",
+        "metadata": {"name": name}, "spec": reference_strategy(),
+    }))
+    .unwrap();
+    let created = api.create(&PostParams::default(), &strategy).await.unwrap();
+    assert_eq!(
+        created.spec, strategy.spec,
+        "the API server changed the strategy"
+    );
+    let stages: Vec<_> = created
+        .spec
+        .stages
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(stages, ["staging", "canary", "production"]);
+    api.delete(&name, &Default::default()).await.unwrap();
+}
+
+/// Each case: a description, the kind, the object's name, its spec, and the texts the API
+/// server's rejection must contain (the first one is the offending field's path).
+fn invalid_cases() -> Vec<(&'static str, &'static str, String, Value, Vec<&'static str>)> {
+    let n = || unique_name("bad");
+    let mut many = Vec::new();
+    for i in 0..32 {
+        many.push(json!({"name": format!("s{i}")}));
+    }
+    vec![
+        (
+            "duplicate stage names",
+            "StagedUpdateStrategy",
+            n(),
+            json!({"stages": [{"name": "a"}, {"name": "a"}]}),
+            vec!["spec.stages", "stage names must be unique"],
+        ),
+        (
+            "stage name not a DNS label",
+            "StagedUpdateStrategy",
+            n(),
+            stage(json!({"name": "Canary_1"})),
+            vec!["spec.stages[0].name", "should match"],
+        ),
+        (
+            "32 stages",
+            "StagedUpdateStrategy",
+            n(),
+            json!({"stages": many}),
+            vec!["spec.stages", "at most 31 items"],
+        ),
+        (
+            "no stages",
+            "StagedUpdateStrategy",
+            n(),
+            json!({"stages": []}),
+            vec!["spec.stages", "at least 1 items"],
+        ),
+        (
+            "three after-stage tasks",
+            "StagedUpdateStrategy",
+            n(),
+            stage(
+                json!({"afterStageTasks": [{"type": "Approval"}, {"type": "TimedWait", "waitTime": "1m"}, {"type": "Approval"}]}),
+            ),
+            vec!["spec.stages[0].afterStageTasks", "at most 2 items"],
+        ),
+        (
+            "two TimedWait tasks",
+            "StagedUpdateStrategy",
+            n(),
+            stage(
+                json!({"afterStageTasks": [{"type": "TimedWait", "waitTime": "1m"}, {"type": "TimedWait", "waitTime": "2m"}]}),
+            ),
+            vec!["spec.stages[0]", "at most one task of each type"],
+        ),
+        (
+            "TimedWait without waitTime",
+            "StagedUpdateStrategy",
+            n(),
+            stage(json!({"afterStageTasks": [{"type": "TimedWait"}]})),
+            vec![
+                "spec.stages[0].afterStageTasks[0]",
+                "waitTime is required for a TimedWait task",
+            ],
+        ),
+        (
+            "Approval with waitTime",
+            "StagedUpdateStrategy",
+            n(),
+            stage(json!({"afterStageTasks": [{"type": "Approval", "waitTime": "1h"}]})),
+            vec![
+                "spec.stages[0].afterStageTasks[0]",
+                "forbidden for an Approval task",
+            ],
+        ),
+        (
+            "waitTime in words",
+            "StagedUpdateStrategy",
+            n(),
+            stage(json!({"afterStageTasks": [{"type": "TimedWait", "waitTime": "1 hour"}]})),
+            vec!["spec.stages[0].afterStageTasks[0].waitTime", "should match"],
+        ),
+        (
+            "waitTime units out of order",
+            "StagedUpdateStrategy",
+            n(),
+            stage(json!({"afterStageTasks": [{"type": "TimedWait", "waitTime": "30m1h"}]})),
+            vec!["spec.stages[0].afterStageTasks[0].waitTime", "should match"],
+        ),
+        (
+            "zero waitTime",
+            "StagedUpdateStrategy",
+            n(),
+            stage(json!({"afterStageTasks": [{"type": "TimedWait", "waitTime": "0s"}]})),
+            vec![
+                "spec.stages[0].afterStageTasks[0].waitTime",
+                "waitTime must be longer than 0s",
+            ],
+        ),
+        (
+            "unknown task type",
+            "StagedUpdateStrategy",
+            n(),
+            stage(json!({"afterStageTasks": [{"type": "Sleep"}]})),
+            vec![
+                "spec.stages[0].afterStageTasks[0].type",
+                "Unsupported value",
+            ],
+        ),
+        (
+            "maxConcurrency 0",
+            "StagedUpdateStrategy",
+            n(),
+            stage(json!({"maxConcurrency": 0})),
+            vec![
+                "spec.stages[0].maxConcurrency",
+                "at least 1 or a percentage",
+            ],
+        ),
+        (
+            "maxConcurrency 150%",
+            "StagedUpdateStrategy",
+            n(),
+            stage(json!({"maxConcurrency": "150%"})),
+            vec!["spec.stages[0].maxConcurrency", "should match"],
+        ),
+        (
+            "maxConcurrency 0%",
+            "StagedUpdateStrategy",
+            n(),
+            stage(json!({"maxConcurrency": "0%"})),
+            vec!["spec.stages[0].maxConcurrency", "should match"],
+        ),
+        (
+            "maxConcurrency not a number",
+            "StagedUpdateStrategy",
+            n(),
+            stage(json!({"maxConcurrency": "half"})),
+            vec!["spec.stages[0].maxConcurrency", "should match"],
+        ),
+        (
+            "sorting label key with spaces",
+            "StagedUpdateStrategy",
+            n(),
+            stage(json!({"sortingLabelKey": "the order"})),
+            vec!["spec.stages[0].sortingLabelKey", "should match"],
+        ),
+        (
+            "run without placementName",
+            "UpdateRun",
+            n(),
+            json!({"resourceSnapshotIndex": "1", "stagedRolloutStrategyName": "s"}),
+            vec!["spec.placementName", "Required value"],
+        ),
+        (
+            "run index not a number",
+            "UpdateRun",
+            n(),
+            json!({"placementName": "web", "resourceSnapshotIndex": "latest", "stagedRolloutStrategyName": "s"}),
+            vec!["spec.resourceSnapshotIndex", "should match"],
+        ),
+        (
+            "run name too long for approval names",
+            "UpdateRun",
+            "r".repeat(64),
+            run_spec(),
+            vec!["metadata.name", "at most 63 characters"],
+        ),
+        (
+            "run state unknown",
+            "UpdateRun",
+            n(),
+            json!({"placementName": "web", "resourceSnapshotIndex": "1", "stagedRolloutStrategyName": "s", "state": "Pause"}),
+            vec!["spec.state", "Unsupported value"],
+        ),
+        (
+            "run healthTimeout in words",
+            "UpdateRun",
+            n(),
+            json!({"placementName": "web", "resourceSnapshotIndex": "1", "stagedRolloutStrategyName": "s", "healthTimeout": "5 minutes"}),
+            vec!["spec.healthTimeout", "should match"],
+        ),
+        (
+            "member name too long for its namespace",
+            "MemberCluster",
+            "m".repeat(51),
+            json!({}),
+            vec!["metadata.name", "at most 50 characters"],
+        ),
+        (
+            "heartbeat period 0",
+            "MemberCluster",
+            n(),
+            json!({"heartbeatPeriodSeconds": 0}),
+            vec!["spec.heartbeatPeriodSeconds", "greater than or equal to 1"],
+        ),
+        (
+            "PickFixed without clusterNames",
+            "Placement",
+            n(),
+            json!({"resourceSelectors": [{"version": "v1", "kind": "Namespace", "name": "app"}], "policy": {"placementType": "PickFixed"}}),
+            vec!["spec.policy", "clusterNames is required"],
+        ),
+        (
+            "selector by name and labels",
+            "Placement",
+            n(),
+            json!({"resourceSelectors": [{"version": "v1", "kind": "Namespace", "name": "app", "labelSelector": {"matchLabels": {"a": "b"}}}]}),
+            vec!["spec.resourceSelectors[0]", "mutually exclusive"],
+        ),
+        (
+            "no resource selectors",
+            "Placement",
+            n(),
+            json!({"resourceSelectors": []}),
+            vec!["spec.resourceSelectors", "at least 1 items"],
+        ),
+        (
+            "unknown strategy type",
+            "Placement",
+            n(),
+            json!({"resourceSelectors": [{"version": "v1", "kind": "Namespace", "name": "app"}], "strategy": {"type": "Canary"}}),
+            vec!["spec.strategy.type", "Unsupported value"],
+        ),
+        (
+            "approval without targetStage",
+            "ApprovalRequest",
+            n(),
+            json!({"parentStageRollout": "run"}),
+            vec!["spec.targetStage", "Required value"],
+        ),
+        (
+            "bound binding without index",
+            "Binding",
+            n(),
+            json!({"placementName": "web", "targetCluster": "member-1", "state": "Bound"}),
+            vec![
+                "spec",
+                "resourceSnapshotIndex is required when state is Bound",
+            ],
+        ),
+        (
+            "work manifest without kind",
+            "Work",
+            n(),
+            json!({"placementName": "web", "resourceSnapshotIndex": 0,
+                "workload": {"manifests": [{"apiVersion": "v1", "metadata": {"name": "x"}}]}}),
+            vec!["spec.workload.manifests[0].kind", "Required value"],
+        ),
+        (
+            "snapshot part beyond parts",
+            "ResourceSnapshot",
+            n(),
+            json!({"placementName": "web", "resourceIndex": 0, "part": 2, "parts": 2, "contentHash": "h", "objectCount": 0}),
+            vec!["spec", "part must be below parts"],
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn invalid_objects_are_rejected_with_the_offending_field_named() {
+    let hub = Fleet::get().unwrap().hub().await.unwrap();
+    let cases = invalid_cases();
+    assert!(cases.len() >= 15);
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let mut failures = Vec::new();
+    for (what, kind, name, spec, expected) in cases {
+        let api = match kind {
+            "StagedUpdateStrategy" => api_for::<StagedUpdateStrategy>(&hub, None),
+            "UpdateRun" => api_for::<UpdateRun>(&hub, None),
+            "MemberCluster" => api_for::<MemberCluster>(&hub, None),
+            "Placement" => api_for::<Placement>(&hub, None),
+            "ApprovalRequest" => api_for::<ApprovalRequest>(&hub, None),
+            "Binding" => api_for::<Binding>(&hub, None),
+            "ResourceSnapshot" => api_for::<ResourceSnapshot>(&hub, None),
+            "Work" => api_for::<Work>(&hub, Some("default")),
+            other => panic!("no API for {other}"),
+        };
+        match api.create(&dry_run, &object(kind, &name, spec)).await {
+            Ok(_) => failures.push(format!("{what}: accepted")),
+            Err(kube::Error::Api(status)) => {
+                let missing: Vec<_> = expected
+                    .iter()
+                    .filter(|e| !status.message.contains(*e))
+                    .collect();
+                if status.code != 422 || !missing.is_empty() {
+                    failures.push(format!(
+                        "{what}: got {} {:?}, missing {missing:?}",
+                        status.code, status.message
+                    ));
+                }
+            }
+            Err(e) => failures.push(format!("{what}: {e}")),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "admission did not behave:\n{}",
+        failures.join("\n")
+    );
+}
+
+async fn patch_spec(
+    api: &Api<DynamicObject>,
+    name: &str,
+    spec: Value,
+) -> Result<DynamicObject, kube::Error> {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": spec})),
+    )
+    .await
+}
+
+fn rejected_with(result: Result<DynamicObject, kube::Error>, field: &str, text: &str) {
+    match result {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 422, "{s:?}");
+            assert!(
+                s.message.contains(field) && s.message.contains(text),
+                "{field}/{text} not in {:?}",
+                s.message
+            );
+        }
+        other => panic!("expected a rejection naming {field}, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn update_run_targets_are_immutable_but_state_is_not() {
+    let hub = Fleet::get().unwrap().hub().await.unwrap();
+    let api = api_for::<UpdateRun>(&hub, None);
+    let name = unique_name("run");
+    api.create(
+        &PostParams::default(),
+        &object("UpdateRun", &name, run_spec()),
+    )
+    .await
+    .unwrap();
+
+    rejected_with(
+        patch_spec(&api, &name, json!({"placementName": "other"})).await,
+        "spec.placementName",
+        "placementName is immutable",
+    );
+    rejected_with(
+        patch_spec(&api, &name, json!({"resourceSnapshotIndex": "2"})).await,
+        "spec.resourceSnapshotIndex",
+        "immutable",
+    );
+    rejected_with(
+        patch_spec(&api, &name, json!({"stagedRolloutStrategyName": "other"})).await,
+        "spec.stagedRolloutStrategyName",
+        "immutable",
+    );
+    let stopped = patch_spec(&api, &name, json!({"state": "Stop"}))
+        .await
+        .unwrap();
+    assert_eq!(stopped.data["spec"]["state"], "Stop");
+    assert_eq!(stopped.data["spec"]["placementName"], "web");
+    api.delete(&name, &Default::default()).await.unwrap();
+}
+
+#[tokio::test]
+async fn approval_request_spec_is_immutable_and_approval_goes_through_status() {
+    let hub = Fleet::get().unwrap().hub().await.unwrap();
+    let api = api_for::<ApprovalRequest>(&hub, None);
+    let name = unique_name("run-canary");
+    api.create(
+        &PostParams::default(),
+        &object(
+            "ApprovalRequest",
+            &name,
+            json!({"parentStageRollout": "run", "targetStage": "canary"}),
+        ),
+    )
+    .await
+    .unwrap();
+    rejected_with(
+        patch_spec(&api, &name, json!({"targetStage": "production"})).await,
+        "spec",
+        "spec is immutable",
+    );
+
+    // Approving is a status change, allowed through the status subresource only.
+    let approval = json!({"status": {"conditions": [{
+        "type": "Approved", "status": "True", "reason": "LGTM", "message": "approved by the test",
+        "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}]}});
+    let patched = api
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&approval))
+        .await
+        .unwrap();
+    assert_eq!(patched.data["status"]["conditions"][0]["type"], "Approved");
+    // A status written through the main resource is ignored (status subresource is enabled).
+    let ignored = api
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": []}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ignored.data["status"]["conditions"][0]["status"], "True");
+    api.delete(&name, &Default::default()).await.unwrap();
+}
+
+#[tokio::test]
+async fn resource_snapshots_are_immutable() {
+    let hub = Fleet::get().unwrap().hub().await.unwrap();
+    let api = api_for::<ResourceSnapshot>(&hub, None);
+    let name = unique_name("web-0-snapshot");
+    let spec = json!({"placementName": "web", "resourceIndex": 0, "parts": 1, "contentHash": "abc", "objectCount": 1,
+                      "resources": [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app"}}]});
+    api.create(
+        &PostParams::default(),
+        &object("ResourceSnapshot", &name, spec),
+    )
+    .await
+    .unwrap();
+    rejected_with(
+        patch_spec(&api, &name, json!({"contentHash": "def"})).await,
+        "spec",
+        "ResourceSnapshot is immutable",
+    );
+    api.delete(&name, &Default::default()).await.unwrap();
+}
+
+#[tokio::test]
+async fn kubectl_explains_fields_and_prints_columns() {
+    let fleet = Fleet::get().unwrap();
+    let kubectl = |args: &[&str]| {
+        let out = std::process::Command::new(
+            std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into()),
+        )
+        .arg("--kubeconfig")
+        .arg(fleet.kubeconfig("hub"))
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let explained = kubectl(&[
+        "explain",
+        "stagedupdatestrategies.spec.stages.afterStageTasks.waitTime",
+    ]);
+    assert!(explained.contains("how long to wait"), "{explained}");
+    let explained = kubectl(&["explain", "updateruns.spec.resourceSnapshotIndex"]);
+    assert!(explained.contains("Immutable"), "{explained}");
+
+    let hub = fleet.hub().await.unwrap();
+    let api = api_for::<UpdateRun>(&hub, None);
+    let name = unique_name("columns");
+    api.create(
+        &PostParams::default(),
+        &object("UpdateRun", &name, run_spec()),
+    )
+    .await
+    .unwrap();
+    // The kinds are grouped under one category.
+    let all = kubectl(&["get", "fleethub", "-o", "name"]);
+    assert!(
+        all.contains(&format!("updaterun.fleethub.dev/{name}")),
+        "{all}"
+    );
+    let table = kubectl(&["get", "ur", &name]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "PLACEMENT",
+            "INDEX",
+            "STAGE",
+            "PROGRESSING",
+            "SUCCEEDED",
+            "AGE"
+        ]
+    );
+    assert!(table.lines().nth(1).unwrap().contains(" web "), "{table}");
+    api.delete(&name, &Default::default()).await.unwrap();
+}

@@ -1,0 +1,223 @@
+//! The local fleet is made of real Kubernetes: members schedule and run workloads on kwok nodes
+//! (and kwok can keep chosen pods unready), and the hub's controller manager deletes namespaces
+//! and collects garbage.
+
+use std::time::Duration;
+
+use fleethub_testkit::{Fleet, unique_name, wait_deleted, wait_for};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+async fn namespace(client: &Client) -> String {
+    let name = unique_name("t");
+    let api: Api<Namespace> = Api::all(client.clone());
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    name
+}
+
+fn deployment(name: &str, replicas: i32, pod_labels: serde_json::Value) -> Deployment {
+    let mut labels = json!({"app": name});
+    labels
+        .as_object_mut()
+        .unwrap()
+        .extend(pod_labels.as_object().unwrap().clone());
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "progressDeadlineSeconds": 15,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "app", "image": "registry.invalid/web:1.0"}]}
+            }
+        }
+    }))
+    .unwrap()
+}
+
+fn condition(d: &Deployment, type_: &str) -> Option<(String, String)> {
+    d.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
+}
+
+#[tokio::test]
+async fn every_member_has_ready_kwok_nodes() {
+    let fleet = Fleet::get().unwrap();
+    assert!(fleet.member_count() >= 1);
+    for i in 1..=fleet.member_count() {
+        let nodes: Api<Node> = Api::all(fleet.member(i).await.unwrap());
+        let list = nodes.list(&ListParams::default()).await.unwrap();
+        assert!(!list.items.is_empty(), "member-{i} has no nodes");
+        for node in list.items {
+            let ready = node
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .into_iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            assert!(
+                ready,
+                "member-{i} node {:?} is not Ready",
+                node.metadata.name
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_deployment_on_a_member_becomes_available() {
+    let fleet = Fleet::get().unwrap();
+    let member = fleet.member(fleet.member_count()).await.unwrap();
+    let ns = namespace(&member).await;
+    let api: Api<Deployment> = Api::namespaced(member.clone(), &ns);
+    api.create(&PostParams::default(), &deployment("web", 3, json!({})))
+        .await
+        .unwrap();
+
+    let available = wait_for(
+        &api,
+        "web",
+        "deployment web to be Available",
+        TIMEOUT,
+        |d: Option<&Deployment>| {
+            d.is_some_and(|d| {
+                condition(d, "Available").is_some_and(|(s, _)| s == "True")
+                    && d.status.as_ref().and_then(|s| s.available_replicas) == Some(3)
+            })
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(available.status.unwrap().ready_replicas, Some(3));
+
+    // The pods were really scheduled onto the kwok nodes and marked running by kwok.
+    let pods: Api<Pod> = Api::namespaced(member.clone(), &ns);
+    let pods = pods
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(pods.len(), 3);
+    for pod in pods {
+        assert!(pod.spec.unwrap().node_name.unwrap().contains("-node-"));
+        assert_eq!(pod.status.unwrap().phase.as_deref(), Some("Running"));
+    }
+    Api::<Namespace>::all(member)
+        .delete(&ns, &Default::default())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn pods_kwok_keeps_unready_keep_a_deployment_unavailable() {
+    let fleet = Fleet::get().unwrap();
+    let member = fleet.member(1).await.unwrap();
+    let ns = namespace(&member).await;
+    let api: Api<Deployment> = Api::namespaced(member.clone(), &ns);
+    api.create(
+        &PostParams::default(),
+        &deployment("bad", 2, json!({"fleethub.dev/simulate": "unready"})),
+    )
+    .await
+    .unwrap();
+
+    // The progress deadline passing is the signal that the pods stayed unready all along.
+    let stuck = wait_for(
+        &api,
+        "bad",
+        "deployment bad to exceed its progress deadline",
+        TIMEOUT,
+        |d: Option<&Deployment>| {
+            d.is_some_and(|d| {
+                condition(d, "Progressing")
+                    .is_some_and(|(s, r)| s == "False" && r == "ProgressDeadlineExceeded")
+            })
+        },
+    )
+    .await
+    .unwrap();
+    let status = stuck.status.clone().unwrap();
+    assert_eq!(
+        condition(&stuck, "Available").map(|(s, _)| s),
+        Some("False".to_string())
+    );
+    assert_eq!(status.replicas, Some(2));
+    assert_eq!(status.ready_replicas.unwrap_or(0), 0);
+    assert_eq!(status.available_replicas.unwrap_or(0), 0);
+
+    // The pods exist and run, they are just never ready.
+    let pods: Api<Pod> = Api::namespaced(member.clone(), &ns);
+    for pod in pods
+        .list(&ListParams::default().labels("app=bad"))
+        .await
+        .unwrap()
+        .items
+    {
+        let st = pod.status.unwrap();
+        assert_eq!(st.phase.as_deref(), Some("Running"));
+        let ready = st
+            .conditions
+            .unwrap()
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(ready.status, "False");
+    }
+    Api::<Namespace>::all(member)
+        .delete(&ns, &Default::default())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_hub_deletes_namespaces_and_collects_garbage() {
+    let hub = Fleet::get().unwrap().hub().await.unwrap();
+    let ns = namespace(&hub).await;
+    let cms: Api<ConfigMap> = Api::namespaced(hub.clone(), &ns);
+    let owner = cms
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "owner"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let dependent = json!({"metadata": {"name": "dependent", "ownerReferences": [{
+        "apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid.unwrap()}]}});
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(dependent).unwrap(),
+    )
+    .await
+    .unwrap();
+
+    // Garbage collection: deleting the owner removes the dependent.
+    cms.delete("owner", &Default::default()).await.unwrap();
+    wait_deleted(&cms, "dependent", TIMEOUT).await.unwrap();
+
+    // Namespace deletion: the namespace controller empties and removes it.
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "content"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let namespaces: Api<Namespace> = Api::all(hub);
+    namespaces.delete(&ns, &Default::default()).await.unwrap();
+    wait_deleted(&namespaces, &ns, TIMEOUT).await.unwrap();
+}

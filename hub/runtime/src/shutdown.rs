@@ -1,0 +1,40 @@
+//! Graceful shutdown: SIGTERM or SIGINT cancels a token every task watches.
+
+use tokio_util::sync::CancellationToken;
+
+/// Returns a token that is cancelled when the process receives SIGTERM or SIGINT.
+pub fn shutdown_on_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        let signal = wait_for_signal().await;
+        tracing::info!(signal, "shutting down");
+        cancel.cancel();
+    });
+    token
+}
+
+#[cfg(unix)]
+async fn wait_for_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        },
+        _ => {
+            // Without signal handlers the process can still be killed; never shut down by itself.
+            tracing::warn!("cannot install signal handlers; graceful shutdown is unavailable");
+            std::future::pending().await
+        }
+    }
+}
+
+#[cfg(not(unix))]
+async fn wait_for_signal() -> &'static str {
+    let _ = tokio::signal::ctrl_c().await;
+    "ctrl-c"
+}

@@ -1,0 +1,85 @@
+//! The fleethub hub controller manager. For now it connects to the hub cluster, checks that the
+//! fleethub CRDs are served, and serves `/healthz`, `/readyz` and `/metrics` until SIGTERM; the
+//! controllers (membership, placement, staged updates) are added on this skeleton.
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use fleethub_runtime::logging::{self, LogFormat};
+use fleethub_runtime::{Health, kubeconfig, probe};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// Kinds the hub needs served by the hub API server.
+const KINDS: &[&str] = &[
+    "MemberCluster",
+    "Placement",
+    "ResourceSnapshot",
+    "Binding",
+    "Work",
+    "StagedUpdateStrategy",
+    "UpdateRun",
+    "ApprovalRequest",
+];
+
+/// The fleethub hub controller manager.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// Kubeconfig of the hub cluster (default: in-cluster configuration, then $KUBECONFIG).
+    #[arg(long, env = "FLEETHUB_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Address of the /healthz, /readyz and /metrics server.
+    #[arg(long, env = "FLEETHUB_LISTEN", default_value = "0.0.0.0:8080")]
+    listen: SocketAddr,
+    /// Log line format.
+    #[arg(long, env = "FLEETHUB_LOG_FORMAT", value_enum, default_value_t)]
+    log_format: LogFormat,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    logging::init(args.log_format);
+    let shutdown = fleethub_runtime::shutdown_on_signal();
+
+    let client = kubeconfig::client(args.kubeconfig.as_deref())
+        .await
+        .context("connecting to the hub cluster")?;
+
+    let mut registry = Registry::with_prefix("fleethub_hub");
+    let build_info = Family::<Vec<(String, String)>, Gauge>::default();
+    registry.register(
+        "build_info",
+        "Build information of the running hub",
+        build_info.clone(),
+    );
+    build_info
+        .get_or_create(&vec![("version".into(), env!("CARGO_PKG_VERSION").into())])
+        .set(1);
+    let health = Health::new(registry, &["hub-api"]);
+
+    let server = tokio::spawn(fleethub_runtime::serve(
+        args.listen,
+        health.router(),
+        shutdown.clone(),
+    ));
+
+    let gv = format!("{}/{}", fleethub_crds::GROUP, fleethub_crds::VERSION);
+    if let Some(version) = probe::until_ready(&health, "hub-api", &shutdown, || {
+        probe::api_server(&client, Some((&gv, KINDS)))
+    })
+    .await
+    {
+        tracing::info!(hub_version = %version, "connected to the hub; fleethub API is served");
+    }
+
+    shutdown.cancelled().await;
+    server.await.context("health server task")??;
+    tracing::info!("stopped");
+    Ok(())
+}
