@@ -3,15 +3,13 @@
 //! controllers (membership, placement, staged updates) are added on this skeleton.
 #![forbid(unsafe_code)]
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use fleethub_runtime::logging::{self, LogFormat};
+use fleethub_runtime::logging;
+use fleethub_runtime::process::{ProcessArgs, register_build_info};
 use fleethub_runtime::{Health, kubeconfig, probe};
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 /// Kinds the hub needs served by the hub API server.
@@ -33,18 +31,14 @@ struct Args {
     /// Kubeconfig of the hub cluster (default: in-cluster configuration, then $KUBECONFIG).
     #[arg(long, env = "FLEETHUB_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
-    /// Address of the /healthz, /readyz and /metrics server.
-    #[arg(long, env = "FLEETHUB_LISTEN", default_value = "0.0.0.0:8080")]
-    listen: SocketAddr,
-    /// Log line format.
-    #[arg(long, env = "FLEETHUB_LOG_FORMAT", value_enum, default_value_t)]
-    log_format: LogFormat,
+    #[command(flatten)]
+    process: ProcessArgs,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    logging::init(args.log_format);
+    logging::init(args.process.log_format);
     let shutdown = fleethub_runtime::shutdown_on_signal();
 
     let client = kubeconfig::client(args.kubeconfig.as_deref())
@@ -52,19 +46,11 @@ async fn main() -> anyhow::Result<()> {
         .context("connecting to the hub cluster")?;
 
     let mut registry = Registry::with_prefix("fleethub_hub");
-    let build_info = Family::<Vec<(String, String)>, Gauge>::default();
-    registry.register(
-        "build_info",
-        "Build information of the running hub",
-        build_info.clone(),
-    );
-    build_info
-        .get_or_create(&vec![("version".into(), env!("CARGO_PKG_VERSION").into())])
-        .set(1);
+    register_build_info(&mut registry, "Build information of the running hub", &[]);
     let health = Health::new(registry, &["hub-api"]);
 
     let server = tokio::spawn(fleethub_runtime::serve(
-        args.listen,
+        args.process.listen,
         health.router(),
         shutdown.clone(),
     ));

@@ -3,15 +3,13 @@
 //! SIGTERM; joining, heartbeats and applying Works are added on this skeleton.
 #![forbid(unsafe_code)]
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use fleethub_runtime::logging::{self, LogFormat};
+use fleethub_runtime::logging;
+use fleethub_runtime::process::{ProcessArgs, register_build_info};
 use fleethub_runtime::{Health, kubeconfig, probe};
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 /// The fleethub member agent.
@@ -27,18 +25,14 @@ struct Args {
     /// Kubeconfig of the member cluster (default: in-cluster configuration, then $KUBECONFIG).
     #[arg(long, env = "FLEETHUB_MEMBER_KUBECONFIG")]
     member_kubeconfig: Option<PathBuf>,
-    /// Address of the /healthz, /readyz and /metrics server.
-    #[arg(long, env = "FLEETHUB_LISTEN", default_value = "0.0.0.0:8080")]
-    listen: SocketAddr,
-    /// Log line format.
-    #[arg(long, env = "FLEETHUB_LOG_FORMAT", value_enum, default_value_t)]
-    log_format: LogFormat,
+    #[command(flatten)]
+    process: ProcessArgs,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    logging::init(args.log_format);
+    logging::init(args.process.log_format);
     if !fleethub_crds::names::is_dns_label(&args.member_name)
         || args.member_name.len() > fleethub_crds::names::MAX_MEMBER_CLUSTER_NAME
     {
@@ -58,21 +52,14 @@ async fn main() -> anyhow::Result<()> {
         .context("connecting to the member cluster")?;
 
     let mut registry = Registry::with_prefix("fleethub_member_agent");
-    let build_info = Family::<Vec<(String, String)>, Gauge>::default();
-    registry.register(
-        "build_info",
+    register_build_info(
+        &mut registry,
         "Build information of the running member agent",
-        build_info.clone(),
+        &[("member", args.member_name.as_str())],
     );
-    build_info
-        .get_or_create(&vec![
-            ("version".into(), env!("CARGO_PKG_VERSION").into()),
-            ("member".into(), args.member_name.clone()),
-        ])
-        .set(1);
     let health = Health::new(registry, &["hub-api", "member-api"]);
     let server = tokio::spawn(fleethub_runtime::serve(
-        args.listen,
+        args.process.listen,
         health.router(),
         shutdown.clone(),
     ));

@@ -6,6 +6,7 @@ pub mod health;
 pub mod kubeconfig;
 pub mod logging;
 pub mod probe;
+pub mod process;
 pub mod shutdown;
 
 pub use health::{Health, serve};
