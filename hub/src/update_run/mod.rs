@@ -1,0 +1,6 @@
+//! The staged-update engine: UpdateRuns walk a placement's clusters stage by stage.
+
+pub mod plan;
+
+#[cfg(test)]
+mod plan_tests;

@@ -1,0 +1,739 @@
+//! Unit tests of the UpdateRun planner, on a fake timeline.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use fleethub_crds::binding::BindingState;
+use fleethub_crds::conditions::{find, is_false, is_true};
+use fleethub_crds::placement::{PlacementSpec, RolloutStrategy, RolloutStrategyType};
+use fleethub_crds::strategy::StagedUpdateStrategySpec;
+use fleethub_crds::update_run::{
+    INITIALIZED, PROGRESSING, SUCCEEDED, UpdateRunSpec, UpdateRunState,
+};
+use fleethub_crds::{Placement, UpdateRun};
+use jiff::Timestamp;
+use serde_json::json;
+
+use super::plan::*;
+
+fn t(secs: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + secs).unwrap()
+}
+
+fn strategy(v: serde_json::Value) -> StagedUpdateStrategySpec {
+    serde_json::from_value(v).unwrap()
+}
+
+/// staging (TimedWait 1m) → canary (Approval) → production (by `order`, 50%, Approval + 1m).
+fn three_stages() -> StagedUpdateStrategySpec {
+    strategy(json!({"stages": [
+        {"name": "staging", "labelSelector": {"matchLabels": {"env": "staging"}},
+         "afterStageTasks": [{"type": "TimedWait", "waitTime": "1m"}]},
+        {"name": "canary", "labelSelector": {"matchLabels": {"env": "canary"}},
+         "afterStageTasks": [{"type": "Approval"}]},
+        {"name": "production", "labelSelector": {"matchLabels": {"env": "production"}},
+         "sortingLabelKey": "order", "maxConcurrency": "50%",
+         "afterStageTasks": [{"type": "Approval"}, {"type": "TimedWait", "waitTime": "1m"}]}
+    ]}))
+}
+
+fn external_placement() -> Placement {
+    Placement::new(
+        "web",
+        PlacementSpec {
+            strategy: Some(RolloutStrategy {
+                type_: RolloutStrategyType::External,
+            }),
+            ..Default::default()
+        },
+    )
+}
+
+fn run(state: Option<UpdateRunState>) -> UpdateRun {
+    let mut r = UpdateRun::new(
+        "rollout",
+        UpdateRunSpec {
+            placement_name: "web".into(),
+            resource_snapshot_index: "2".into(),
+            staged_rollout_strategy_name: "three".into(),
+            state,
+            health_timeout: Some("5m".into()),
+        },
+    );
+    r.metadata.generation = Some(1);
+    r
+}
+
+/// A fake fleet: cluster labels, bindings, works; and the run as last written.
+struct World {
+    run: UpdateRun,
+    strategy: StagedUpdateStrategySpec,
+    placement: Option<Placement>,
+    labels: BTreeMap<String, BTreeMap<String, String>>,
+    bindings: Vec<BindingView>,
+    works: BTreeMap<String, WorkView>,
+    approvals: BTreeMap<String, ApprovalView>,
+    now: Timestamp,
+}
+
+impl World {
+    fn new() -> Self {
+        let mut w = World {
+            run: run(None),
+            strategy: three_stages(),
+            placement: Some(external_placement()),
+            labels: BTreeMap::new(),
+            bindings: Vec::new(),
+            works: BTreeMap::new(),
+            approvals: BTreeMap::new(),
+            now: t(0),
+        };
+        w.cluster("stage-a", &[("env", "staging")]);
+        w.cluster("canary-a", &[("env", "canary")]);
+        w.cluster("prod-c", &[("env", "production"), ("order", "1")]);
+        w.cluster("prod-a", &[("env", "production"), ("order", "2")]);
+        w.cluster("prod-b", &[("env", "production"), ("order", "2")]);
+        w.cluster("prod-z", &[("env", "production")]);
+        w
+    }
+
+    fn cluster(&mut self, name: &str, labels: &[(&str, &str)]) {
+        self.labels.insert(
+            name.into(),
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        self.bindings.push(BindingView {
+            cluster: name.into(),
+            state: BindingState::Scheduled,
+        });
+    }
+
+    fn observed(&self) -> Observed<'_> {
+        Observed {
+            run: &self.run,
+            strategy: Some(&self.strategy),
+            placement: self.placement.as_ref(),
+            snapshot_exists: true,
+            cluster_labels: self.labels.clone(),
+            bindings: self.bindings.clone(),
+            works: self.works.clone(),
+            approvals: self.approvals.clone(),
+            other_active_runs: Vec::new(),
+            now: self.now,
+        }
+    }
+
+    /// Plans, records the status, and performs the actions on the fake world (bindings; the
+    /// member reporting is separate).
+    fn step(&mut self) -> Plan {
+        let p = plan(&self.observed());
+        self.perform(&p.actions);
+        self.run.status = Some(p.status.clone());
+        p
+    }
+
+    fn perform(&mut self, actions: &[Action]) {
+        for a in actions {
+            match a {
+                Action::Bind { cluster, index } => {
+                    if let Some(b) = self.bindings.iter_mut().find(|b| &b.cluster == cluster) {
+                        b.state = BindingState::Bound;
+                    }
+                    // The work generator writes the Work at the index (a new generation when
+                    // it changes).
+                    let w = self.works.entry(cluster.clone()).or_default();
+                    if w.index != *index || w.generation.is_none() {
+                        *w = WorkView {
+                            index: *index,
+                            generation: Some(w.generation.unwrap_or(0) + 1),
+                            ..Default::default()
+                        };
+                    }
+                }
+                Action::CreateApproval { name, .. } => {
+                    self.approvals.entry(name.clone()).or_default();
+                }
+                Action::AcceptApproval { name } => {
+                    self.approvals.get_mut(name).unwrap().accepted = true;
+                }
+                Action::Unbind { cluster } => {
+                    self.bindings.retain(|b| &b.cluster != cluster);
+                    self.works.remove(cluster);
+                }
+            }
+        }
+    }
+
+    /// The member of `cluster` reports its Work applied and available.
+    fn member_ready(&mut self, cluster: &str) {
+        let w = self.works.get_mut(cluster).unwrap();
+        let c = |status: &str| ConditionView {
+            status: status.into(),
+            reason: "Done".into(),
+            message: "ok".into(),
+            observed_generation: w.generation,
+        };
+        w.applied = Some(c("True"));
+        w.available = Some(c("True"));
+        w.applied_index = Some(w.index);
+    }
+
+    fn approve(&mut self, name: &str) {
+        self.approvals.get_mut(name).unwrap().approved = true;
+    }
+
+    fn status(&self) -> fleethub_crds::update_run::UpdateRunStatus {
+        self.run.status.clone().unwrap()
+    }
+
+    fn stage_clusters(&self, stage: usize) -> Vec<String> {
+        self.status().stages_status[stage]
+            .clusters
+            .iter()
+            .map(|c| c.cluster_name.clone())
+            .collect()
+    }
+}
+
+fn binds(p: &Plan) -> Vec<&str> {
+    p.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Bind { cluster, .. } => Some(cluster.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn run_condition(p: &Plan, type_: &str) -> (String, String, String) {
+    let c = find(&p.status.conditions, type_).unwrap_or_else(|| panic!("no {type_} condition"));
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+#[test]
+fn initialization_sorts_clusters_into_stages_and_orders_them() {
+    let mut w = World::new();
+    w.bindings.push(BindingView {
+        cluster: "gone".into(),
+        state: BindingState::Unscheduled,
+    });
+    let p = w.step();
+    assert!(is_true(&p.status.conditions, INITIALIZED));
+    assert_eq!(w.stage_clusters(0), ["stage-a"]);
+    assert_eq!(w.stage_clusters(1), ["canary-a"]);
+    // By `order` (1, then 2 and 2 by name), the cluster without the label last.
+    assert_eq!(
+        w.stage_clusters(2),
+        ["prod-c", "prod-a", "prod-b", "prod-z"]
+    );
+    let deletion = p.status.deletion_stage_status.as_ref().unwrap();
+    assert_eq!(deletion.clusters[0].cluster_name, "gone");
+    assert_eq!(p.status.policy_observed_cluster_count, Some(6));
+    assert_eq!(
+        p.status.staged_update_strategy_snapshot,
+        Some(three_stages())
+    );
+    let canary_task = &p.status.stages_status[1].after_stage_task_status[0];
+    assert_eq!(
+        canary_task.approval_request_name.as_deref(),
+        Some("rollout-canary")
+    );
+}
+
+#[test]
+fn later_strategy_and_label_edits_do_not_affect_an_initialized_run() {
+    let mut w = World::new();
+    w.step();
+    let frozen = w.status().stages_status.clone();
+    w.strategy = strategy(json!({"stages": [{"name": "everything"}]}));
+    w.labels
+        .get_mut("prod-z")
+        .unwrap()
+        .insert("order".into(), "0".into());
+    w.step();
+    let after: Vec<_> = w
+        .status()
+        .stages_status
+        .iter()
+        .map(|s| s.stage_name.clone())
+        .collect();
+    assert_eq!(after, ["staging", "canary", "production"]);
+    assert_eq!(
+        w.status().stages_status[2].clusters.len(),
+        frozen[2].clusters.len()
+    );
+    assert_eq!(
+        w.stage_clusters(2),
+        ["prod-c", "prod-a", "prod-b", "prod-z"]
+    );
+}
+
+#[test]
+fn initialization_failures_name_the_object_and_are_final() {
+    type Setup = fn(&mut World);
+    let cases: Vec<(&str, Setup, &str, &str)> = vec![
+        (
+            "no placement",
+            |w| w.placement = None,
+            "PlacementNotFound",
+            "Placement web does not exist",
+        ),
+        (
+            "rolling placement",
+            |w| w.placement.as_mut().unwrap().spec.strategy = None,
+            "PlacementNotExternal",
+            "Placement web rolls out with strategy RollingUpdate",
+        ),
+        (
+            "cluster in no stage",
+            |w| w.cluster("lost", &[("env", "qa")]),
+            "ClusterMatchesNoStage",
+            "cluster lost (labels env=qa) matches no stage of StagedUpdateStrategy three",
+        ),
+        (
+            "cluster in two stages",
+            |w| w.strategy.stages[0].label_selector = None,
+            "ClusterMatchesSeveralStages",
+            "matches stages staging and canary",
+        ),
+        (
+            "non-integer order",
+            |w| w.cluster("prod-x", &[("env", "production"), ("order", "first")]),
+            "InvalidSortingLabel",
+            "cluster prod-x has label order=\"first\"",
+        ),
+        (
+            "unknown member",
+            |w| {
+                w.bindings.push(BindingView {
+                    cluster: "ghost".into(),
+                    state: BindingState::Scheduled,
+                })
+            },
+            "MemberClusterNotFound",
+            "MemberCluster ghost does not exist",
+        ),
+    ];
+    for (what, setup, reason, message) in cases {
+        let mut w = World::new();
+        setup(&mut w);
+        let p = w.step();
+        let (status, got_reason, got_message) = run_condition(&p, INITIALIZED);
+        assert_eq!(
+            (status.as_str(), got_reason.as_str()),
+            ("False", reason),
+            "{what}: {got_message}"
+        );
+        assert!(
+            got_message.contains(message),
+            "{what}: {got_message:?} lacks {message:?}"
+        );
+        assert!(is_false(&p.status.conditions, SUCCEEDED), "{what}");
+        assert!(p.actions.is_empty(), "{what}");
+        // Final: a later plan changes nothing, even once the cause is gone.
+        let again = plan(
+            &World {
+                run: w.run.clone(),
+                ..World::new()
+            }
+            .observed(),
+        );
+        assert_eq!(again.status, p.status, "{what}");
+        assert!(again.actions.is_empty(), "{what}");
+    }
+
+    let missing_strategy = World::new();
+    let o = Observed {
+        strategy: None,
+        ..missing_strategy.observed()
+    };
+    assert!(
+        run_condition(&plan(&o), INITIALIZED)
+            .2
+            .contains("StagedUpdateStrategy three does not exist")
+    );
+    let o = Observed {
+        snapshot_exists: false,
+        ..missing_strategy.observed()
+    };
+    assert!(
+        run_condition(&plan(&o), INITIALIZED)
+            .2
+            .contains("no ResourceSnapshot with index 2")
+    );
+    let o = Observed {
+        other_active_runs: vec!["earlier".into()],
+        ..missing_strategy.observed()
+    };
+    let (_, reason, message) = run_condition(&plan(&o), INITIALIZED);
+    assert_eq!(reason, "ConcurrentUpdateRun");
+    assert!(message.contains("UpdateRun earlier is still rolling out Placement web"));
+}
+
+#[test]
+fn the_three_stage_journey_respects_order_concurrency_and_gates() {
+    let mut w = World::new();
+    let mut first_binds: Vec<String> = Vec::new();
+    let record = |p: &Plan, first: &mut Vec<String>| {
+        for c in binds(p) {
+            if !first.iter().any(|f| f == c) {
+                first.push(c.to_string());
+            }
+        }
+    };
+
+    // staging: its one cluster starts; nothing else.
+    let p = w.step();
+    record(&p, &mut first_binds);
+    assert_eq!(binds(&p), ["stage-a"]);
+    assert_eq!(p.status.current_stage.as_deref(), Some("staging"));
+    assert_eq!(run_condition(&p, PROGRESSING).1, "UpdateRunStarted");
+
+    // The member reports a stale generation: still pending, the binding is re-asserted.
+    let p = w.step();
+    assert_eq!(binds(&p), ["stage-a"]);
+
+    w.now = t(10);
+    w.member_ready("stage-a");
+    let p = w.step();
+    record(&p, &mut first_binds);
+    let (status, reason, message) = run_condition(&p, PROGRESSING);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "UpdateRunWaiting"),
+        "{message}"
+    );
+    assert!(message.contains("waits until"), "{message}");
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(60)));
+    assert!(binds(&p).is_empty());
+
+    // Not a second early.
+    w.now = t(69);
+    let p = w.step();
+    assert!(binds(&p).is_empty());
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(1)));
+
+    // The wait is over: canary starts in the same plan.
+    w.now = t(70);
+    let p = w.step();
+    record(&p, &mut first_binds);
+    assert_eq!(binds(&p), ["canary-a"]);
+    assert!(is_true(&p.status.stages_status[0].conditions, SUCCEEDED));
+
+    // canary done → an ApprovalRequest, and the run waits for it.
+    w.now = t(80);
+    w.member_ready("canary-a");
+    let p = w.step();
+    assert!(p.actions.contains(&Action::CreateApproval {
+        name: "rollout-canary".into(),
+        stage: "canary".into()
+    }));
+    assert!(
+        run_condition(&p, PROGRESSING)
+            .2
+            .contains("waits for approval of ApprovalRequest rollout-canary")
+    );
+    // Hours later, still waiting: no timer skips an approval.
+    w.now = t(100_000);
+    let p = w.step();
+    assert!(binds(&p).is_empty());
+    assert!(
+        !p.actions
+            .iter()
+            .any(|a| matches!(a, Action::CreateApproval { .. })),
+        "created once"
+    );
+
+    // Approved → accepted, and production starts two at a time (50% of 4), in order.
+    w.approve("rollout-canary");
+    let p = w.step();
+    record(&p, &mut first_binds);
+    assert!(p.actions.contains(&Action::AcceptApproval {
+        name: "rollout-canary".into()
+    }));
+    assert_eq!(binds(&p), ["prod-c", "prod-a"]);
+
+    // prod-a finishes first: one slot frees, prod-b starts; prod-c is still in flight.
+    w.now = t(100_010);
+    w.member_ready("prod-a");
+    let p = w.step();
+    record(&p, &mut first_binds);
+    assert_eq!(binds(&p), ["prod-c", "prod-b"]);
+    w.member_ready("prod-c");
+    w.member_ready("prod-b");
+    let p = w.step();
+    record(&p, &mut first_binds);
+    assert_eq!(binds(&p), ["prod-z"]);
+    w.member_ready("prod-z");
+    w.now = t(100_020);
+    let p = w.step();
+    // Approval and TimedWait both gate the end of production.
+    assert!(p.actions.contains(&Action::CreateApproval {
+        name: "rollout-production".into(),
+        stage: "production".into()
+    }));
+    w.approve("rollout-production");
+    w.now = t(100_050);
+    let p = w.step();
+    assert!(
+        find(&p.status.conditions, SUCCEEDED).is_none(),
+        "the 1m wait has not passed"
+    );
+    w.now = t(100_080);
+    let p = w.step();
+    assert_eq!(run_condition(&p, SUCCEEDED).0, "True");
+    assert_eq!(p.status.current_stage, None);
+    assert!(p.status.end_time.is_some());
+
+    assert_eq!(
+        first_binds,
+        [
+            "stage-a", "canary-a", "prod-c", "prod-a", "prod-b", "prod-z"
+        ]
+    );
+    // Finished runs stay finished.
+    let p = w.step();
+    assert!(p.actions.is_empty());
+}
+
+#[test]
+fn a_failed_cluster_stops_the_run_until_it_recovers() {
+    let mut w = World::new();
+    w.step();
+    let work = w.works.get_mut("stage-a").unwrap();
+    work.applied = Some(ConditionView {
+        status: "False".into(),
+        reason: "ApplyFailed".into(),
+        message: "deployment app/web: admission webhook denied the request".into(),
+        observed_generation: work.generation,
+    });
+    let p = w.step();
+    let (status, reason, message) = run_condition(&p, PROGRESSING);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "ClusterUpdateFailed")
+    );
+    assert!(
+        message.contains("cluster stage-a: apply failed (ApplyFailed): deployment app/web"),
+        "{message}"
+    );
+    assert!(
+        p.events
+            .iter()
+            .any(|e| e.warning && e.reason == "ClusterUpdateFailed")
+    );
+    // Time passes: nothing new starts, the failure is not repeated as an event.
+    w.now = t(1000);
+    let p = w.step();
+    assert_eq!(binds(&p), ["stage-a"]);
+    assert!(!p.events.iter().any(|e| e.reason == "ClusterUpdateFailed"));
+    // The member recovers: the run resumes by itself.
+    w.member_ready("stage-a");
+    let p = w.step();
+    assert!(is_true(
+        &p.status.stages_status[0].clusters[0].conditions,
+        SUCCEEDED
+    ));
+    assert_eq!(run_condition(&p, PROGRESSING).1, "UpdateRunWaiting");
+}
+
+#[test]
+fn a_cluster_not_available_within_the_health_timeout_fails_with_the_members_reason() {
+    let mut w = World::new();
+    w.step();
+    let work = w.works.get_mut("stage-a").unwrap();
+    let cond = |status: &str, message: &str| ConditionView {
+        status: status.into(),
+        reason: "WorkloadsNotReady".into(),
+        message: message.into(),
+        observed_generation: work.generation,
+    };
+    work.applied = Some(cond("True", "applied"));
+    work.available = Some(cond("False", "deployment app/web: 1/3 replicas ready"));
+    work.applied_index = Some(2);
+    w.now = t(299);
+    let p = w.step();
+    assert_eq!(run_condition(&p, PROGRESSING).0, "True");
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(1)));
+    w.now = t(300);
+    let p = w.step();
+    let (_, reason, message) = run_condition(&p, PROGRESSING);
+    assert_eq!(reason, "ClusterUpdateFailed");
+    assert!(
+        message.contains("cluster stage-a did not become available within 5m: not available yet: deployment app/web: 1/3 replicas ready"),
+        "{message}"
+    );
+    let cluster = &p.status.stages_status[0].clusters[0];
+    assert_eq!(
+        find(&cluster.conditions, SUCCEEDED).unwrap().reason,
+        "ClusterHealthTimeout"
+    );
+}
+
+#[test]
+fn a_stopped_run_starts_nothing_new_and_resumes() {
+    let mut w = World::new();
+    w.run = run(Some(UpdateRunState::Stop));
+    let p = w.step();
+    assert!(binds(&p).is_empty());
+    assert_eq!(run_condition(&p, PROGRESSING).1, "UpdateRunStopped");
+    w.run.spec.state = Some(UpdateRunState::Run);
+    w.run.metadata.generation = Some(2);
+    let p = w.step();
+    assert_eq!(binds(&p), ["stage-a"]);
+    assert_eq!(p.status.observed_generation, Some(2));
+    // Stopping mid-stage lets the started cluster finish but starts no other.
+    w.run.spec.state = Some(UpdateRunState::Stop);
+    w.member_ready("stage-a");
+    w.now = t(500);
+    let p = w.step();
+    assert!(is_true(
+        &p.status.stages_status[0].clusters[0].conditions,
+        SUCCEEDED
+    ));
+    let p2 = {
+        w.now = t(1000);
+        w.step()
+    };
+    assert!(is_true(&p2.status.stages_status[0].conditions, SUCCEEDED));
+    assert!(binds(&p2).is_empty());
+    assert_eq!(run_condition(&p2, PROGRESSING).1, "UpdateRunStopped");
+}
+
+#[test]
+fn empty_stages_still_honour_their_gates_and_the_deletion_stage_removes_unselected_clusters() {
+    let mut w = World::new();
+    w.strategy = strategy(json!({"stages": [
+        {"name": "all", "afterStageTasks": [{"type": "Approval"}]}
+    ]}));
+    w.labels.clear();
+    w.bindings = vec![BindingView {
+        cluster: "old".into(),
+        state: BindingState::Unscheduled,
+    }];
+    w.works.insert(
+        "old".into(),
+        WorkView {
+            index: 1,
+            generation: Some(1),
+            ..Default::default()
+        },
+    );
+    let p = w.step();
+    assert!(p.actions.contains(&Action::CreateApproval {
+        name: "rollout-all".into(),
+        stage: "all".into()
+    }));
+    assert!(
+        !p.actions.iter().any(|a| matches!(a, Action::Unbind { .. })),
+        "the gate comes first"
+    );
+    w.approve("rollout-all");
+    let p = w.step();
+    assert!(p.actions.contains(&Action::Unbind {
+        cluster: "old".into()
+    }));
+    assert!(
+        find(&p.status.conditions, SUCCEEDED).is_none(),
+        "not until the binding is gone"
+    );
+    let p = w.step();
+    assert_eq!(run_condition(&p, SUCCEEDED).0, "True");
+    let deletion = p.status.deletion_stage_status.unwrap();
+    assert!(is_true(&deletion.clusters[0].conditions, SUCCEEDED));
+}
+
+/// Restart safety: the hub may die after performing a plan's actions but before writing its
+/// status, any number of times. The run must still update every cluster once, in order, and
+/// never pass a gate early.
+#[test]
+fn lost_status_writes_never_reorder_clusters_or_skip_gates() {
+    for seed in 0..200u64 {
+        let mut rng = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut w = World::new();
+        let mut first_binds: Vec<String> = Vec::new();
+        let mut approved_at: BTreeMap<String, Timestamp> = BTreeMap::new();
+        for step in 0..400 {
+            let p = plan(&w.observed());
+            w.perform(&p.actions);
+            for c in binds(&p) {
+                if !first_binds.iter().any(|f| f == c) {
+                    first_binds.push(c.to_string());
+                }
+            }
+            // No cluster of a later stage starts before the earlier stage's gates passed.
+            if first_binds.iter().any(|c| c == "canary-a") {
+                assert!(
+                    w.now >= t(60),
+                    "seed {seed}: canary started before staging's wait ended"
+                );
+            }
+            if first_binds.iter().any(|c| c.starts_with("prod")) {
+                assert!(
+                    approved_at.contains_key("rollout-canary"),
+                    "seed {seed}: production before approval"
+                );
+            }
+            let crashed = next() % 3 == 0;
+            if !crashed {
+                w.run.status = Some(p.status.clone());
+            }
+            if find(
+                &w.run.status.clone().unwrap_or_default().conditions,
+                SUCCEEDED,
+            )
+            .is_some()
+            {
+                break;
+            }
+            // The world moves: members finish, people approve, time passes.
+            let bound: Vec<String> = w.works.keys().cloned().collect();
+            for c in bound {
+                if next() % 2 == 0 {
+                    w.member_ready(&c);
+                }
+            }
+            let pending: Vec<String> = w
+                .approvals
+                .iter()
+                .filter(|(_, a)| !a.approved)
+                .map(|(n, _)| n.clone())
+                .collect();
+            for name in pending {
+                if next() % 4 == 0 {
+                    w.approve(&name);
+                    approved_at.insert(name, w.now);
+                }
+            }
+            w.now = w.now.checked_add(Duration::from_secs(next() % 30)).unwrap();
+            assert!(step < 399, "seed {seed}: run did not finish");
+        }
+        assert_eq!(
+            first_binds,
+            [
+                "stage-a", "canary-a", "prod-c", "prod-a", "prod-b", "prod-z"
+            ],
+            "seed {seed}"
+        );
+        let status = w.status();
+        assert!(is_true(&status.conditions, SUCCEEDED), "seed {seed}");
+        // Production's TimedWait counted from when its clusters finished.
+        let prod = &status.stages_status[2];
+        let done = prod.clusters_completed_time.as_ref().unwrap().0;
+        assert!(
+            prod.end_time.as_ref().unwrap().0 >= done.checked_add(Duration::from_secs(60)).unwrap(),
+            "seed {seed}"
+        );
+    }
+}
