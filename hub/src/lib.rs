@@ -2,4 +2,8 @@
 #![forbid(unsafe_code)]
 
 pub mod clock;
+mod error;
 pub mod update_run;
+pub mod work_generator;
+
+pub use error::Error;

@@ -1,12 +1,15 @@
-//! The fleethub hub controller manager. For now it connects to the hub cluster, checks that the
-//! fleethub CRDs are served, and serves `/healthz`, `/readyz` and `/metrics` until SIGTERM; the
-//! controllers (membership, placement, staged updates) are added on this skeleton.
+//! The fleethub hub controller manager: connects to the hub cluster, waits until the fleethub CRDs
+//! are served, then runs the controllers (the staged-update engine and the work generator) and
+//! serves `/healthz`, `/readyz` and `/metrics` until SIGTERM.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
+use fleethub_hub::clock::{Clock, SystemClock};
+use fleethub_hub::{update_run, work_generator};
 use fleethub_runtime::logging;
 use fleethub_runtime::process::{ProcessArgs, register_build_info};
 use fleethub_runtime::{Health, kubeconfig, probe};
@@ -61,7 +64,12 @@ async fn main() -> anyhow::Result<()> {
     })
     .await
     {
-        tracing::info!(hub_version = %version, "connected to the hub; fleethub API is served");
+        tracing::info!(hub_version = %version, "connected to the hub; fleethub API is served; starting controllers");
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        tokio::join!(
+            update_run::controller::run(client.clone(), clock.clone(), shutdown.clone()),
+            work_generator::run(client.clone(), clock.clone(), shutdown.clone()),
+        );
     }
 
     shutdown.cancelled().await;

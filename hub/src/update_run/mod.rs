@@ -1,5 +1,6 @@
 //! The staged-update engine: UpdateRuns walk a placement's clusters stage by stage.
 
+pub mod controller;
 pub mod plan;
 
 #[cfg(test)]

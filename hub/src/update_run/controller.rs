@@ -1,0 +1,329 @@
+//! The UpdateRun controller: gathers what the planner needs, performs the plan's writes, and
+//! records the status. Triggered by changes of runs, Works, Bindings and ApprovalRequests
+//! (watches, not polling); requeued only for timers.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleethub_crds::approval::{APPROVAL_ACCEPTED, APPROVED, ApprovalRequestSpec};
+use fleethub_crds::conditions::{TRUE, find, is_true};
+use fleethub_crds::update_run::{INITIALIZED, SUCCEEDED};
+use fleethub_crds::{
+    ApprovalRequest, Binding, MemberCluster, Placement, ResourceSnapshot, StagedUpdateStrategy, UpdateRun, Work, names,
+};
+use futures::StreamExt;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action as Requeue, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::plan::{self, Action, ApprovalView, BindingView, Observed, WorkView};
+use crate::Error;
+use crate::clock::Clock;
+
+/// Field manager of every write this controller makes.
+pub const FIELD_MANAGER: &str = "fleethub/update-run";
+
+/// What the reconciler shares.
+pub struct Context {
+    client: Client,
+    clock: Arc<dyn Clock>,
+    recorder: Recorder,
+    runs: Store<UpdateRun>,
+    works: Store<Work>,
+    bindings: Store<Binding>,
+    approvals: Store<ApprovalRequest>,
+    members: Store<MemberCluster>,
+}
+
+/// Runs the controller until `shutdown`.
+pub async fn run(client: Client, clock: Arc<dyn Clock>, shutdown: CancellationToken) {
+    let (works, works_writer) = reflector::store::<Work>();
+    let (bindings, bindings_writer) = reflector::store::<Binding>();
+    let (approvals, approvals_writer) = reflector::store::<ApprovalRequest>();
+    let (members, members_writer) = reflector::store::<MemberCluster>();
+    let cfg = watcher::Config::default;
+
+    let work_stream = watcher(Api::<Work>::all(client.clone()), cfg())
+        .default_backoff()
+        .reflect(works_writer)
+        .touched_objects();
+    let binding_stream = watcher(Api::<Binding>::all(client.clone()), cfg())
+        .default_backoff()
+        .reflect(bindings_writer)
+        .touched_objects();
+    let approval_stream = watcher(Api::<ApprovalRequest>::all(client.clone()), cfg())
+        .default_backoff()
+        .reflect(approvals_writer)
+        .touched_objects();
+    let member_stream = watcher(Api::<MemberCluster>::all(client.clone()), cfg())
+        .default_backoff()
+        .reflect(members_writer)
+        .touched_objects();
+
+    let controller = Controller::new(Api::<UpdateRun>::all(client.clone()), cfg());
+    let runs = controller.store();
+    let by_placement = |runs: Store<UpdateRun>| {
+        move |placement: &str| -> Vec<ObjectRef<UpdateRun>> {
+            runs.state()
+                .iter()
+                .filter(|r| r.spec.placement_name == placement && !finished(r))
+                .map(|r| ObjectRef::from_obj(r.as_ref()))
+                .collect()
+        }
+    };
+    let for_work = by_placement(runs.clone());
+    let for_binding = by_placement(runs.clone());
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), Reporter::from("fleethub-hub")),
+        client,
+        clock,
+        runs,
+        works,
+        bindings,
+        approvals,
+        members,
+    });
+
+    // MemberClusters are only read (at initialization); keep their store current.
+    let members_task = tokio::spawn(member_stream.for_each(|_| async {}));
+    controller
+        .watches_stream(work_stream, move |w: Work| for_work(&w.spec.placement_name))
+        .watches_stream(binding_stream, move |b: Binding| for_binding(&b.spec.placement_name))
+        .watches_stream(approval_stream, |a: ApprovalRequest| {
+            Some(ObjectRef::<UpdateRun>::new(&a.spec.parent_stage_rollout))
+        })
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "update-run reconcile error");
+            }
+        })
+        .await;
+    members_task.abort();
+}
+
+fn finished(run: &UpdateRun) -> bool {
+    run.status
+        .as_ref()
+        .is_some_and(|s| find(&s.conditions, SUCCEEDED).is_some())
+}
+
+fn initialized(run: &UpdateRun) -> bool {
+    run.status.as_ref().is_some_and(|s| is_true(&s.conditions, INITIALIZED))
+}
+
+fn error_policy(run: Arc<UpdateRun>, error: &Error, _ctx: Arc<Context>) -> Requeue {
+    tracing::warn!(run = %run.name_any(), error = %error, "reconciling UpdateRun failed; retrying");
+    Requeue::requeue(Duration::from_secs(if error.is_conflict() { 1 } else { 5 }))
+}
+
+#[tracing::instrument(skip_all, fields(run = %cached.name_any()))]
+async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let name = cached.name_any();
+    let runs: Api<UpdateRun> = Api::all(ctx.client.clone());
+    // Plan on the freshest run: the cache may lag our own last status write.
+    let Some(run) = runs.get_opt(&name).await? else {
+        return Ok(Requeue::await_change());
+    };
+    if finished(&run) || run.metadata.deletion_timestamp.is_some() {
+        return Ok(Requeue::await_change());
+    }
+    let placement_name = run.spec.placement_name.clone();
+
+    let (strategy, placement, snapshot_exists) = if initialized(&run) {
+        (None, None, true)
+    } else {
+        let strategies: Api<StagedUpdateStrategy> = Api::all(ctx.client.clone());
+        let placements: Api<Placement> = Api::all(ctx.client.clone());
+        let snapshots: Api<ResourceSnapshot> = Api::all(ctx.client.clone());
+        let index: u64 = run.spec.resource_snapshot_index.parse().unwrap_or(u64::MAX);
+        (
+            strategies.get_opt(&run.spec.staged_rollout_strategy_name).await?,
+            placements.get_opt(&placement_name).await?,
+            snapshots
+                .get_opt(&names::resource_snapshot_name(&placement_name, index))
+                .await?
+                .is_some_and(|s| s.spec.placement_name == placement_name),
+        )
+    };
+
+    let cluster_labels: BTreeMap<String, BTreeMap<String, String>> = ctx
+        .members
+        .state()
+        .iter()
+        .map(|m| (m.name_any(), m.labels().clone()))
+        .collect();
+    let bindings: Vec<BindingView> = ctx
+        .bindings
+        .state()
+        .iter()
+        .filter(|b| b.spec.placement_name == placement_name && b.metadata.deletion_timestamp.is_none())
+        .map(|b| BindingView {
+            cluster: b.spec.target_cluster.clone(),
+            state: b.spec.state,
+        })
+        .collect();
+    let works: BTreeMap<String, WorkView> = ctx
+        .works
+        .state()
+        .iter()
+        .filter(|w| w.spec.placement_name == placement_name)
+        .filter_map(|w| {
+            let cluster = names::cluster_of_namespace(w.metadata.namespace.as_deref()?)?;
+            Some((cluster.to_string(), WorkView::from_work(w)))
+        })
+        .collect();
+    let approvals: BTreeMap<String, ApprovalView> = ctx
+        .approvals
+        .state()
+        .iter()
+        .filter(|a| a.spec.parent_stage_rollout == name)
+        .map(|a| {
+            let conds = a.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+            (
+                a.name_any(),
+                ApprovalView {
+                    approved: is_true(conds, APPROVED),
+                    accepted: is_true(conds, APPROVAL_ACCEPTED),
+                },
+            )
+        })
+        .collect();
+    let created = |r: &UpdateRun| (r.metadata.creation_timestamp.clone().map(|t| t.0), r.name_any());
+    let other_active_runs: Vec<String> = ctx
+        .runs
+        .state()
+        .iter()
+        .filter(|r| r.spec.placement_name == placement_name && r.name_any() != name)
+        .filter(|r| initialized(r) && !finished(r) && created(r) < created(&run))
+        .map(|r| r.name_any())
+        .collect();
+
+    let observed = Observed {
+        run: &run,
+        strategy: strategy.as_ref().map(|s| &s.spec),
+        placement: placement.as_ref(),
+        snapshot_exists,
+        cluster_labels,
+        bindings,
+        works,
+        approvals,
+        other_active_runs,
+        now: ctx.clock.now(),
+    };
+    let plan = plan::plan(&observed);
+
+    for action in &plan.actions {
+        perform(&ctx, &run, action).await?;
+    }
+    if Some(&plan.status) != run.status.as_ref() {
+        // Optimistic concurrency: the resourceVersion makes a write from a stale view fail.
+        let patch = json!({
+            "apiVersion": "fleethub.dev/v1alpha1",
+            "kind": "UpdateRun",
+            "metadata": {"name": name, "resourceVersion": run.metadata.resource_version},
+            "status": plan.status,
+        });
+        runs.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+            .await?;
+    }
+    for e in &plan.events {
+        let event = Event {
+            type_: if e.warning { EventType::Warning } else { EventType::Normal },
+            reason: e.reason.to_string(),
+            note: Some(e.message.clone()),
+            action: "Reconcile".to_string(),
+            secondary: None,
+        };
+        if let Err(err) = ctx.recorder.publish(&event, &run.object_ref(&())).await {
+            tracing::debug!(error = %err, "cannot record event");
+        }
+        tracing::info!(reason = e.reason, "{}", e.message);
+    }
+    Ok(match plan.requeue_after {
+        Some(after) => Requeue::requeue(after),
+        None => Requeue::await_change(),
+    })
+}
+
+async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), Error> {
+    let run_name = run.name_any();
+    let placement = &run.spec.placement_name;
+    match action {
+        Action::Bind { cluster, index } => {
+            let bindings: Api<Binding> = Api::all(ctx.client.clone());
+            let name = names::binding_name(placement, cluster);
+            let patch = json!({
+                "apiVersion": "fleethub.dev/v1alpha1",
+                "kind": "Binding",
+                "metadata": {"name": name},
+                "spec": {
+                    "placementName": placement,
+                    "targetCluster": cluster,
+                    "state": "Bound",
+                    "resourceSnapshotIndex": index,
+                    "updateRunName": run_name,
+                },
+            });
+            bindings
+                .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+                .await?;
+        }
+        Action::CreateApproval { name, stage } => {
+            let approvals: Api<ApprovalRequest> = Api::all(ctx.client.clone());
+            let mut request = ApprovalRequest::new(
+                name,
+                ApprovalRequestSpec {
+                    parent_stage_rollout: run_name.clone(),
+                    target_stage: stage.clone(),
+                },
+            );
+            request.metadata.labels = Some(BTreeMap::from([
+                (names::UPDATE_RUN_LABEL.to_string(), run_name.clone()),
+                (names::STAGE_LABEL.to_string(), stage.clone()),
+            ]));
+            // Deleting the run deletes its approval requests.
+            request.metadata.owner_references = run.controller_owner_ref(&()).map(|o| vec![o]);
+            match approvals.create(&PostParams::default(), &request).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Action::AcceptApproval { name } => {
+            let approvals: Api<ApprovalRequest> = Api::all(ctx.client.clone());
+            let now = ctx.clock.now();
+            let patch = json!({
+                "apiVersion": "fleethub.dev/v1alpha1",
+                "kind": "ApprovalRequest",
+                "metadata": {"name": name},
+                "status": {"conditions": [{
+                    "type": APPROVAL_ACCEPTED,
+                    "status": TRUE,
+                    "reason": "ApprovalAccepted",
+                    "message": format!("UpdateRun {run_name} accepted the approval and moves on"),
+                    "lastTransitionTime": now.to_string(),
+                }]},
+            });
+            approvals
+                .patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+                .await?;
+        }
+        Action::Unbind { cluster } => {
+            let bindings: Api<Binding> = Api::all(ctx.client.clone());
+            match bindings.delete(&names::binding_name(placement, cluster), &Default::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,193 @@
+//! The work generator: turns each Bound Binding into the Work its member applies — the manifests
+//! of the snapshot the binding points at, in namespace `fleet-member-<cluster>` — and rolls the
+//! member's report on that Work up into the Binding's status.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleethub_crds::binding::BindingState;
+use fleethub_crds::conditions::{FALSE, NewCondition, TRUE, find, set_condition};
+use fleethub_crds::work::{APPLIED, AVAILABLE, WorkStatus};
+use fleethub_crds::{Binding, ResourceSnapshot, UpdateRun, Work, names};
+use futures::StreamExt;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action as Requeue, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::Error;
+use crate::clock::Clock;
+
+/// Field manager of every write this controller makes.
+pub const FIELD_MANAGER: &str = "fleethub/work-generator";
+/// Binding condition: the Work carries the snapshot the binding points at.
+pub const WORK_SYNCHRONIZED: &str = "WorkSynchronized";
+
+struct Context {
+    client: Client,
+    clock: Arc<dyn Clock>,
+}
+
+/// Runs the controller until `shutdown`.
+pub async fn run(client: Client, clock: Arc<dyn Clock>, shutdown: CancellationToken) {
+    let cfg = watcher::Config::default;
+    Controller::new(Api::<Binding>::all(client.clone()), cfg())
+        .owns(Api::<Work>::all(client.clone()), cfg())
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(reconcile, error_policy, Arc::new(Context { client, clock }))
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "work-generator reconcile error");
+            }
+        })
+        .await;
+}
+
+fn error_policy(binding: Arc<Binding>, error: &Error, _ctx: Arc<Context>) -> Requeue {
+    tracing::warn!(binding = %binding.name_any(), error = %error, "reconciling Binding failed; retrying");
+    Requeue::requeue(Duration::from_secs(5))
+}
+
+/// The manifests of snapshot `index` of `placement`, all parts in order.
+async fn snapshot_manifests(client: &Client, placement: &str, index: u64) -> Result<Option<Vec<serde_json::Value>>, Error> {
+    let api: Api<ResourceSnapshot> = Api::all(client.clone());
+    let Some(first) = api.get_opt(&names::resource_snapshot_name(placement, index)).await? else {
+        return Ok(None);
+    };
+    let mut manifests = first.spec.resources.clone();
+    for part in 1..first.spec.parts.max(1) as u32 {
+        let name = names::resource_snapshot_part_name(placement, index, part);
+        let Some(s) = api.get_opt(&name).await? else {
+            return Err(Error::Invalid(format!(
+                "ResourceSnapshot {name} (part {part} of {} of snapshot {index}) is missing",
+                first.spec.parts
+            )));
+        };
+        manifests.extend(s.spec.resources);
+    }
+    Ok(Some(manifests))
+}
+
+#[tracing::instrument(skip_all, fields(binding = %binding.name_any()))]
+async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let cluster = &binding.spec.target_cluster;
+    let placement = &binding.spec.placement_name;
+    let namespace = names::member_namespace(cluster);
+    let work_name = names::work_name(placement);
+    let works: Api<Work> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mut sync: (&str, &str, String) = ("Scheduled", FALSE, "no snapshot is bound yet".to_string());
+    let mut requeue = Requeue::await_change();
+
+    match (binding.spec.state, binding.spec.resource_snapshot_index) {
+        (BindingState::Bound, Some(index)) => {
+            match snapshot_manifests(&ctx.client, placement, index as u64).await? {
+                None => {
+                    sync = (
+                        "SnapshotNotFound",
+                        FALSE,
+                        format!("ResourceSnapshot {} does not exist", names::resource_snapshot_name(placement, index as u64)),
+                    );
+                }
+                Some(manifests) => {
+                    let health_timeout = match &binding.spec.update_run_name {
+                        Some(run) => Api::<UpdateRun>::all(ctx.client.clone())
+                            .get_opt(run)
+                            .await?
+                            .and_then(|r| r.spec.health_timeout),
+                        None => None,
+                    };
+                    let owner = binding.controller_owner_ref(&());
+                    let patch = json!({
+                        "apiVersion": "fleethub.dev/v1alpha1",
+                        "kind": "Work",
+                        "metadata": {
+                            "name": work_name,
+                            "namespace": namespace,
+                            "labels": {names::PLACEMENT_LABEL: placement, names::CLUSTER_LABEL: cluster},
+                            "ownerReferences": owner.map(|o| vec![o]).unwrap_or_default(),
+                        },
+                        "spec": {
+                            "placementName": placement,
+                            "resourceSnapshotIndex": index,
+                            "healthTimeout": health_timeout,
+                            "workload": {"manifests": manifests},
+                        },
+                    });
+                    match works
+                        .patch(&work_name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+                        .await
+                    {
+                        Ok(_) => sync = ("WorkSynchronized", TRUE, format!("Work {namespace}/{work_name} carries resource snapshot {index}")),
+                        Err(kube::Error::Api(e)) if e.code == 404 => {
+                            sync = (
+                                "MemberNamespaceMissing",
+                                FALSE,
+                                format!("namespace {namespace} does not exist yet: is MemberCluster {cluster} registered?"),
+                            );
+                            requeue = Requeue::requeue(Duration::from_secs(10));
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+        }
+        (BindingState::Unscheduled, _) => {
+            match works.delete(&work_name, &Default::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+            sync = ("Unscheduled", FALSE, format!("cluster {cluster} is no longer selected; its Work is removed"));
+        }
+        _ => {}
+    }
+
+    // Roll the member's report up into the binding.
+    let work_status: WorkStatus = works
+        .get_opt(&work_name)
+        .await?
+        .and_then(|w| w.status)
+        .unwrap_or_default();
+    let now = ctx.clock.now();
+    let generation = binding.metadata.generation;
+    let mut status = binding.status.clone().unwrap_or_default();
+    set_condition(
+        &mut status.conditions,
+        NewCondition { type_: WORK_SYNCHRONIZED, status: sync.1, reason: sync.0, message: sync.2, observed_generation: generation },
+        now,
+    );
+    for type_ in [APPLIED, AVAILABLE] {
+        let new = match find(&work_status.conditions, type_) {
+            Some(c) => NewCondition {
+                type_,
+                status: if c.status == TRUE { TRUE } else { FALSE },
+                reason: if c.status == TRUE { "MemberReported" } else { "MemberReportedNotReady" },
+                message: c.message.clone(),
+                observed_generation: generation,
+            },
+            None => NewCondition {
+                type_,
+                status: FALSE,
+                reason: "NotReported",
+                message: "the member has not reported on its Work yet".to_string(),
+                observed_generation: generation,
+            },
+        };
+        set_condition(&mut status.conditions, new, now);
+    }
+    status.applied_resource_snapshot_index = work_status.applied_resource_snapshot_index;
+    if Some(&status) != binding.status.as_ref() {
+        let patch = json!({
+            "apiVersion": "fleethub.dev/v1alpha1",
+            "kind": "Binding",
+            "metadata": {"name": binding.name_any()},
+            "status": status,
+        });
+        Api::<Binding>::all(ctx.client.clone())
+            .patch_status(&binding.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+            .await?;
+    }
+    Ok(requeue)
+}
