@@ -3,6 +3,7 @@
 
 pub mod clock;
 mod error;
+pub mod membership;
 pub mod update_run;
 pub mod work_generator;
 

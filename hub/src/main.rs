@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Parser;
 use fleethub_hub::clock::{Clock, SystemClock};
-use fleethub_hub::{update_run, work_generator};
+use fleethub_hub::{membership, update_run, work_generator};
 use fleethub_runtime::logging;
 use fleethub_runtime::process::{ProcessArgs, register_build_info};
 use fleethub_runtime::{Health, kubeconfig, probe};
@@ -34,6 +34,9 @@ struct Args {
     /// Kubeconfig of the hub cluster (default: in-cluster configuration, then $KUBECONFIG).
     #[arg(long, env = "FLEETHUB_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
+    /// A member is marked Healthy=False once its agent missed this many heartbeat periods.
+    #[arg(long, env = "FLEETHUB_HEARTBEAT_STALE_MULTIPLE", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    heartbeat_stale_multiple: u32,
     #[command(flatten)]
     process: ProcessArgs,
 }
@@ -67,6 +70,7 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!(hub_version = %version, "connected to the hub; fleethub API is served; starting controllers");
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         tokio::join!(
+            membership::run(client.clone(), clock.clone(), args.heartbeat_stale_multiple, shutdown.clone()),
             update_run::controller::run(client.clone(), clock.clone(), shutdown.clone()),
             work_generator::run(client.clone(), clock.clone(), shutdown.clone()),
         );

@@ -155,9 +155,16 @@ async fn three_stage_rollout_with_gates_in_order() {
     // staging runs, waits 2s, then canary runs and waits for approval.
     wait_for(&approvals, &format!("{run}-canary"), "the canary ApprovalRequest", TIMEOUT, exists).await.unwrap();
     assert_eq!(*order.lock().unwrap(), [cluster("stg"), cluster("can")], "only staging and canary before the canary gate");
-    let waiting = runs.get(&run).await.unwrap();
+    // The request is created just before the run records that it waits for it.
+    let waiting = wait_for(&runs, &run, "the run to wait for the canary approval", TIMEOUT, |r: Option<&UpdateRun>| {
+        r.and_then(|r| r.status.as_ref())
+            .and_then(|s| find(&s.conditions, "Progressing"))
+            .is_some_and(|c| c.reason == "UpdateRunWaiting")
+    })
+    .await
+    .unwrap();
     let progressing = find(&waiting.status.as_ref().unwrap().conditions, "Progressing").unwrap();
-    assert_eq!((progressing.status.as_str(), progressing.reason.as_str()), ("False", "UpdateRunWaiting"));
+    assert_eq!(progressing.status, "False");
     assert!(progressing.message.contains(&format!("waits for approval of ApprovalRequest {run}-canary")), "{}", progressing.message);
     let request = approvals.get(&format!("{run}-canary")).await.unwrap();
     assert_eq!(request.labels().get("fleethub.dev/update-run"), Some(&run));

@@ -125,6 +125,20 @@ impl Fleet {
         client(&self.kubeconfig("hub")).await
     }
 
+    /// A hub client that acts as `user` in `groups` (admin impersonation), so the hub's RBAC
+    /// decides what it may do.
+    pub async fn hub_as(&self, user: &str, groups: &[&str]) -> Result<Client, Error> {
+        let path = self.kubeconfig("hub");
+        let err = |e: &dyn std::fmt::Display| Error::Kubeconfig(path.clone(), e.to_string());
+        let kc = Kubeconfig::read_from(&path).map_err(|e| err(&e))?;
+        let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| err(&e))?;
+        config.auth_info.impersonate = Some(user.to_string());
+        config.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
+        Client::try_from(config).map_err(|e| err(&e))
+    }
+
     /// An admin client for member `i` (1-based).
     pub async fn member(&self, i: usize) -> Result<Client, Error> {
         client(&self.kubeconfig(&format!("member-{i}"))).await

@@ -1,0 +1,240 @@
+//! Membership: for each MemberCluster the hub provisions namespace `fleet-member-<name>` with a
+//! ServiceAccount for that member's agent and RBAC that lets it read its own Works and write
+//! only its own statuses; and it judges the member `Healthy` from its agent's heartbeat.
+//! Everything provisioned is owned by the MemberCluster, so deleting it cleans up (the real
+//! garbage collector and namespace controller do the work).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleethub_crds::conditions::{FALSE, NewCondition, TRUE, UNKNOWN, set_condition};
+use fleethub_crds::member_cluster::HEALTHY;
+use fleethub_crds::{MemberCluster, names};
+use futures::StreamExt;
+use jiff::Timestamp;
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::controller::{Action as Requeue, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::Error;
+use crate::clock::Clock;
+
+/// Field manager of every write this controller makes.
+pub const FIELD_MANAGER: &str = "fleethub/membership";
+/// The member agent's ServiceAccount in its namespace.
+pub const AGENT_SERVICE_ACCOUNT: &str = "member-agent";
+/// Heartbeat period when the MemberCluster does not set one.
+pub const DEFAULT_HEARTBEAT_PERIOD: Duration = Duration::from_secs(15);
+
+/// The name of the ClusterRole (and binding) that lets member `cluster`'s agent touch its own
+/// MemberCluster.
+pub fn cluster_role_name(cluster: &str) -> String {
+    format!("fleethub:member:{cluster}")
+}
+
+/// The objects the hub provisions for member `name` (each owned by the MemberCluster).
+pub fn provisioned_objects(member: &MemberCluster) -> Vec<Value> {
+    let name = member.name_any();
+    let ns = names::member_namespace(&name);
+    let owner = member.controller_owner_ref(&()).map(|o| vec![o]).unwrap_or_default();
+    let meta = |name: &str, namespace: Option<&str>| {
+        let mut m = json!({"name": name, "ownerReferences": owner, "labels": {names::CLUSTER_LABEL: member.name_any()}});
+        if let Some(ns) = namespace {
+            m["namespace"] = json!(ns);
+        }
+        m
+    };
+    let subject = json!([{"kind": "ServiceAccount", "name": AGENT_SERVICE_ACCOUNT, "namespace": ns}]);
+    let role = cluster_role_name(&name);
+    vec![
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": meta(&ns, None)}),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(AGENT_SERVICE_ACCOUNT, Some(&ns))}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta("fleethub-member-agent", Some(&ns)),
+            "rules": [
+                {"apiGroups": ["fleethub.dev"], "resources": ["works"], "verbs": ["get", "list", "watch", "update", "patch"]},
+                {"apiGroups": ["fleethub.dev"], "resources": ["works/status"], "verbs": ["get", "update", "patch"]},
+                {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}
+            ]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta("fleethub-member-agent", Some(&ns)),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "fleethub-member-agent"},
+            "subjects": subject}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta(&role, None),
+            "rules": [
+                {"apiGroups": ["fleethub.dev"], "resources": ["memberclusters"], "resourceNames": [name], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["fleethub.dev"], "resources": ["memberclusters/status"], "resourceNames": [name], "verbs": ["get", "update", "patch"]}
+            ]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": meta(&role, None),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": subject}),
+    ]
+}
+
+/// The member's health judged from its last heartbeat: the condition to set and, while the
+/// heartbeat is fresh, when it goes stale.
+pub fn judge_health(
+    last_heartbeat: Option<Timestamp>,
+    period: Duration,
+    multiple: u32,
+    now: Timestamp,
+) -> (&'static str, &'static str, String, Option<Timestamp>) {
+    let Some(last) = last_heartbeat else {
+        return (
+            UNKNOWN,
+            "AgentNotJoined",
+            "the member agent has not reported a heartbeat yet".to_string(),
+            None,
+        );
+    };
+    let allowed = period * multiple;
+    let stale_at = last.checked_add(allowed).unwrap_or(last);
+    let age = now.as_second().saturating_sub(last.as_second()).max(0) as u64;
+    if now < stale_at {
+        (TRUE, "HeartbeatFresh", format!("last heartbeat {age}s ago (expected every {}s)", period.as_secs()), Some(stale_at))
+    } else {
+        (
+            FALSE,
+            "HeartbeatStale",
+            format!(
+                "no heartbeat from the member agent for {age}s (expected every {}s; unhealthy after {}s): check the agent in the member cluster",
+                period.as_secs(),
+                allowed.as_secs()
+            ),
+            None,
+        )
+    }
+}
+
+struct Context {
+    client: Client,
+    clock: Arc<dyn Clock>,
+    stale_multiple: u32,
+}
+
+/// Runs the controller until `shutdown`. A member is unhealthy once its agent missed
+/// `stale_multiple` heartbeat periods.
+pub async fn run(client: Client, clock: Arc<dyn Clock>, stale_multiple: u32, shutdown: CancellationToken) {
+    Controller::new(Api::<MemberCluster>::all(client.clone()), watcher::Config::default())
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(reconcile, error_policy, Arc::new(Context { client, clock, stale_multiple }))
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "membership reconcile error");
+            }
+        })
+        .await;
+}
+
+fn error_policy(member: Arc<MemberCluster>, error: &Error, _ctx: Arc<Context>) -> Requeue {
+    tracing::warn!(member = %member.name_any(), error = %error, "reconciling MemberCluster failed; retrying");
+    Requeue::requeue(Duration::from_secs(5))
+}
+
+#[tracing::instrument(skip_all, fields(member = %member.name_any()))]
+async fn reconcile(member: Arc<MemberCluster>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    if member.metadata.deletion_timestamp.is_some() {
+        return Ok(Requeue::await_change()); // owner references clean up
+    }
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    for obj in provisioned_objects(&member) {
+        let gvk = GroupVersionKind::try_from(&serde_json::from_value::<kube::core::TypeMeta>(obj.clone()).map_err(|e| Error::Invalid(e.to_string()))?)
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        let ar = ApiResource::from_gvk_with_plural(&gvk, &plural(&gvk.kind));
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &ar),
+            None => Api::all_with(ctx.client.clone(), &ar),
+        };
+        api.patch(&name, &params, &Patch::Apply(&obj)).await?;
+    }
+
+    let now = ctx.clock.now();
+    let status = member.status.clone().unwrap_or_default();
+    let period = member
+        .spec
+        .heartbeat_period_seconds
+        .map_or(DEFAULT_HEARTBEAT_PERIOD, |s| Duration::from_secs(s.max(1) as u64));
+    let (state, reason, message, stale_at) =
+        judge_health(status.last_heartbeat_time.as_ref().map(|t| t.0), period, ctx.stale_multiple, now);
+    let mut conditions = status.conditions.clone();
+    let changed = set_condition(
+        &mut conditions,
+        NewCondition { type_: HEALTHY, status: state, reason, message: message.clone(), observed_generation: member.metadata.generation },
+        now,
+    );
+    // The message carries the heartbeat's age; rewrite it only when the state or reason moves.
+    let existing = fleethub_crds::conditions::find(&status.conditions, HEALTHY);
+    let moved = existing.is_none_or(|c| c.status != state || c.reason != reason);
+    if changed && moved {
+        let healthy = conditions.into_iter().find(|c| c.type_ == HEALTHY);
+        let patch = json!({
+            "apiVersion": "fleethub.dev/v1alpha1",
+            "kind": "MemberCluster",
+            "metadata": {"name": member.name_any()},
+            "status": {"conditions": [healthy]},
+        });
+        Api::<MemberCluster>::all(ctx.client.clone())
+            .patch_status(&member.name_any(), &params, &Patch::Apply(&patch))
+            .await?;
+        tracing::info!(healthy = state, reason, "{message}");
+    }
+    Ok(match stale_at {
+        Some(at) => Requeue::requeue(Duration::from_secs(at.as_second().saturating_sub(now.as_second()).max(1) as u64)),
+        None => Requeue::await_change(),
+    })
+}
+
+fn plural(kind: &str) -> String {
+    match kind {
+        "ServiceAccount" => "serviceaccounts".into(),
+        other => format!("{}s", other.to_lowercase()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fleethub_crds::member_cluster::MemberClusterSpec;
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + s).unwrap()
+    }
+
+    #[test]
+    fn health_follows_the_heartbeat() {
+        let period = Duration::from_secs(15);
+        let (s, r, _, at) = judge_health(None, period, 3, t(0));
+        assert_eq!((s, r, at), ("Unknown", "AgentNotJoined", None));
+        let (s, r, m, at) = judge_health(Some(t(0)), period, 3, t(10));
+        assert_eq!((s, r, at), ("True", "HeartbeatFresh", Some(t(45))));
+        assert!(m.contains("last heartbeat 10s ago (expected every 15s)"), "{m}");
+        let (s, _, _, _) = judge_health(Some(t(0)), period, 3, t(44));
+        assert_eq!(s, "True");
+        let (s, r, m, at) = judge_health(Some(t(0)), period, 3, t(47));
+        assert_eq!((s, r, at), ("False", "HeartbeatStale", None));
+        assert!(m.contains("no heartbeat from the member agent for 47s (expected every 15s; unhealthy after 45s)"), "{m}");
+    }
+
+    #[test]
+    fn provisioning_is_scoped_to_the_member() {
+        let mut member = MemberCluster::new("m1", MemberClusterSpec::default());
+        member.metadata.uid = Some("uid-1".into());
+        let objs = provisioned_objects(&member);
+        let kinds: Vec<&str> = objs.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"]);
+        for o in &objs {
+            assert_eq!(o["metadata"]["ownerReferences"][0]["uid"], "uid-1", "{o}");
+        }
+        assert_eq!(objs[0]["metadata"]["name"], "fleet-member-m1");
+        assert_eq!(objs[2]["metadata"]["namespace"], "fleet-member-m1");
+        // Cluster-wide rights are limited to this member's own MemberCluster.
+        for rule in objs[4]["rules"].as_array().unwrap() {
+            assert_eq!(rule["resourceNames"], json!(["m1"]));
+        }
+        assert_eq!(plural("ClusterRoleBinding"), "clusterrolebindings");
+        assert_eq!(plural("ServiceAccount"), "serviceaccounts");
+    }
+}
