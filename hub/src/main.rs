@@ -70,7 +70,12 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!(hub_version = %version, "connected to the hub; fleethub API is served; starting controllers");
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         tokio::join!(
-            membership::run(client.clone(), clock.clone(), args.heartbeat_stale_multiple, shutdown.clone()),
+            membership::run(
+                client.clone(),
+                clock.clone(),
+                args.heartbeat_stale_multiple,
+                shutdown.clone()
+            ),
             update_run::controller::run(client.clone(), clock.clone(), shutdown.clone()),
             work_generator::run(client.clone(), clock.clone(), shutdown.clone()),
         );

@@ -40,7 +40,10 @@ pub fn cluster_role_name(cluster: &str) -> String {
 pub fn provisioned_objects(member: &MemberCluster) -> Vec<Value> {
     let name = member.name_any();
     let ns = names::member_namespace(&name);
-    let owner = member.controller_owner_ref(&()).map(|o| vec![o]).unwrap_or_default();
+    let owner = member
+        .controller_owner_ref(&())
+        .map(|o| vec![o])
+        .unwrap_or_default();
     let meta = |name: &str, namespace: Option<&str>| {
         let mut m = json!({"name": name, "ownerReferences": owner, "labels": {names::CLUSTER_LABEL: member.name_any()}});
         if let Some(ns) = namespace {
@@ -48,25 +51,26 @@ pub fn provisioned_objects(member: &MemberCluster) -> Vec<Value> {
         }
         m
     };
-    let subject = json!([{"kind": "ServiceAccount", "name": AGENT_SERVICE_ACCOUNT, "namespace": ns}]);
+    let subject =
+        json!([{"kind": "ServiceAccount", "name": AGENT_SERVICE_ACCOUNT, "namespace": ns}]);
     let role = cluster_role_name(&name);
     vec![
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": meta(&ns, None)}),
         json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(AGENT_SERVICE_ACCOUNT, Some(&ns))}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta("fleethub-member-agent", Some(&ns)),
-            "rules": [
-                {"apiGroups": ["fleethub.dev"], "resources": ["works"], "verbs": ["get", "list", "watch", "update", "patch"]},
-                {"apiGroups": ["fleethub.dev"], "resources": ["works/status"], "verbs": ["get", "update", "patch"]},
-                {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}
-            ]}),
+        "rules": [
+            {"apiGroups": ["fleethub.dev"], "resources": ["works"], "verbs": ["get", "list", "watch", "update", "patch"]},
+            {"apiGroups": ["fleethub.dev"], "resources": ["works/status"], "verbs": ["get", "update", "patch"]},
+            {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}
+        ]}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta("fleethub-member-agent", Some(&ns)),
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "fleethub-member-agent"},
             "subjects": subject}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta(&role, None),
-            "rules": [
-                {"apiGroups": ["fleethub.dev"], "resources": ["memberclusters"], "resourceNames": [name], "verbs": ["get", "list", "watch"]},
-                {"apiGroups": ["fleethub.dev"], "resources": ["memberclusters/status"], "resourceNames": [name], "verbs": ["get", "update", "patch"]}
-            ]}),
+        "rules": [
+            {"apiGroups": ["fleethub.dev"], "resources": ["memberclusters"], "resourceNames": [name], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["fleethub.dev"], "resources": ["memberclusters/status"], "resourceNames": [name], "verbs": ["get", "update", "patch"]}
+        ]}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": meta(&role, None),
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
             "subjects": subject}),
@@ -93,7 +97,15 @@ pub fn judge_health(
     let stale_at = last.checked_add(allowed).unwrap_or(last);
     let age = now.as_second().saturating_sub(last.as_second()).max(0) as u64;
     if now < stale_at {
-        (TRUE, "HeartbeatFresh", format!("last heartbeat {age}s ago (expected every {}s)", period.as_secs()), Some(stale_at))
+        (
+            TRUE,
+            "HeartbeatFresh",
+            format!(
+                "last heartbeat {age}s ago (expected every {}s)",
+                period.as_secs()
+            ),
+            Some(stale_at),
+        )
     } else {
         (
             FALSE,
@@ -116,16 +128,32 @@ struct Context {
 
 /// Runs the controller until `shutdown`. A member is unhealthy once its agent missed
 /// `stale_multiple` heartbeat periods.
-pub async fn run(client: Client, clock: Arc<dyn Clock>, stale_multiple: u32, shutdown: CancellationToken) {
-    Controller::new(Api::<MemberCluster>::all(client.clone()), watcher::Config::default())
-        .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(reconcile, error_policy, Arc::new(Context { client, clock, stale_multiple }))
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "membership reconcile error");
-            }
-        })
-        .await;
+pub async fn run(
+    client: Client,
+    clock: Arc<dyn Clock>,
+    stale_multiple: u32,
+    shutdown: CancellationToken,
+) {
+    Controller::new(
+        Api::<MemberCluster>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .graceful_shutdown_on(async move { shutdown.cancelled().await })
+    .run(
+        reconcile,
+        error_policy,
+        Arc::new(Context {
+            client,
+            clock,
+            stale_multiple,
+        }),
+    )
+    .for_each(|res| async move {
+        if let Err(e) = res {
+            tracing::debug!(error = %e, "membership reconcile error");
+        }
+    })
+    .await;
 }
 
 fn error_policy(member: Arc<MemberCluster>, error: &Error, _ctx: Arc<Context>) -> Requeue {
@@ -140,10 +168,16 @@ async fn reconcile(member: Arc<MemberCluster>, ctx: Arc<Context>) -> Result<Requ
     }
     let params = PatchParams::apply(FIELD_MANAGER).force();
     for obj in provisioned_objects(&member) {
-        let gvk = GroupVersionKind::try_from(&serde_json::from_value::<kube::core::TypeMeta>(obj.clone()).map_err(|e| Error::Invalid(e.to_string()))?)
-            .map_err(|e| Error::Invalid(e.to_string()))?;
+        let gvk = GroupVersionKind::try_from(
+            &serde_json::from_value::<kube::core::TypeMeta>(obj.clone())
+                .map_err(|e| Error::Invalid(e.to_string()))?,
+        )
+        .map_err(|e| Error::Invalid(e.to_string()))?;
         let ar = ApiResource::from_gvk_with_plural(&gvk, &plural(&gvk.kind));
-        let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
             Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &ar),
             None => Api::all_with(ctx.client.clone(), &ar),
@@ -156,13 +190,25 @@ async fn reconcile(member: Arc<MemberCluster>, ctx: Arc<Context>) -> Result<Requ
     let period = member
         .spec
         .heartbeat_period_seconds
-        .map_or(DEFAULT_HEARTBEAT_PERIOD, |s| Duration::from_secs(s.max(1) as u64));
-    let (state, reason, message, stale_at) =
-        judge_health(status.last_heartbeat_time.as_ref().map(|t| t.0), period, ctx.stale_multiple, now);
+        .map_or(DEFAULT_HEARTBEAT_PERIOD, |s| {
+            Duration::from_secs(s.max(1) as u64)
+        });
+    let (state, reason, message, stale_at) = judge_health(
+        status.last_heartbeat_time.as_ref().map(|t| t.0),
+        period,
+        ctx.stale_multiple,
+        now,
+    );
     let mut conditions = status.conditions.clone();
     let changed = set_condition(
         &mut conditions,
-        NewCondition { type_: HEALTHY, status: state, reason, message: message.clone(), observed_generation: member.metadata.generation },
+        NewCondition {
+            type_: HEALTHY,
+            status: state,
+            reason,
+            message: message.clone(),
+            observed_generation: member.metadata.generation,
+        },
         now,
     );
     // The message carries the heartbeat's age; rewrite it only when the state or reason moves.
@@ -182,7 +228,9 @@ async fn reconcile(member: Arc<MemberCluster>, ctx: Arc<Context>) -> Result<Requ
         tracing::info!(healthy = state, reason, "{message}");
     }
     Ok(match stale_at {
-        Some(at) => Requeue::requeue(Duration::from_secs(at.as_second().saturating_sub(now.as_second()).max(1) as u64)),
+        Some(at) => Requeue::requeue(Duration::from_secs(
+            at.as_second().saturating_sub(now.as_second()).max(1) as u64,
+        )),
         None => Requeue::await_change(),
     })
 }
@@ -210,7 +258,10 @@ mod tests {
         assert_eq!((s, r, at), ("Unknown", "AgentNotJoined", None));
         let (s, r, m, at) = judge_health(Some(t(0)), period, 3, t(10));
         assert_eq!((s, r, at), ("True", "HeartbeatFresh", Some(t(45))));
-        assert!(m.contains("last heartbeat 10s ago (expected every 15s)"), "{m}");
+        assert!(
+            m.contains("last heartbeat 10s ago (expected every 15s)"),
+            "{m}"
+        );
         let (s, _, _, _) = judge_health(Some(t(0)), period, 3, t(44));
         assert_eq!(s, "True");
         let (s, r, m, at) = judge_health(Some(t(0)), period, 3, t(47));
@@ -224,7 +275,17 @@ mod tests {
         member.metadata.uid = Some("uid-1".into());
         let objs = provisioned_objects(&member);
         let kinds: Vec<&str> = objs.iter().map(|o| o["kind"].as_str().unwrap()).collect();
-        assert_eq!(kinds, ["Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"]);
+        assert_eq!(
+            kinds,
+            [
+                "Namespace",
+                "ServiceAccount",
+                "Role",
+                "RoleBinding",
+                "ClusterRole",
+                "ClusterRoleBinding"
+            ]
+        );
         for o in &objs {
             assert_eq!(o["metadata"]["ownerReferences"][0]["uid"], "uid-1", "{o}");
         }

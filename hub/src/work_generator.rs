@@ -51,9 +51,16 @@ fn error_policy(binding: Arc<Binding>, error: &Error, _ctx: Arc<Context>) -> Req
 }
 
 /// The manifests of snapshot `index` of `placement`, all parts in order.
-async fn snapshot_manifests(client: &Client, placement: &str, index: u64) -> Result<Option<Vec<serde_json::Value>>, Error> {
+async fn snapshot_manifests(
+    client: &Client,
+    placement: &str,
+    index: u64,
+) -> Result<Option<Vec<serde_json::Value>>, Error> {
     let api: Api<ResourceSnapshot> = Api::all(client.clone());
-    let Some(first) = api.get_opt(&names::resource_snapshot_name(placement, index)).await? else {
+    let Some(first) = api
+        .get_opt(&names::resource_snapshot_name(placement, index))
+        .await?
+    else {
         return Ok(None);
     };
     let mut manifests = first.spec.resources.clone();
@@ -77,7 +84,8 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
     let namespace = names::member_namespace(cluster);
     let work_name = names::work_name(placement);
     let works: Api<Work> = Api::namespaced(ctx.client.clone(), &namespace);
-    let mut sync: (&str, &str, String) = ("Scheduled", FALSE, "no snapshot is bound yet".to_string());
+    let mut sync: (&str, &str, String) =
+        ("Scheduled", FALSE, "no snapshot is bound yet".to_string());
     let mut requeue = Requeue::await_change();
 
     match (binding.spec.state, binding.spec.resource_snapshot_index) {
@@ -87,7 +95,10 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
                     sync = (
                         "SnapshotNotFound",
                         FALSE,
-                        format!("ResourceSnapshot {} does not exist", names::resource_snapshot_name(placement, index as u64)),
+                        format!(
+                            "ResourceSnapshot {} does not exist",
+                            names::resource_snapshot_name(placement, index as u64)
+                        ),
                     );
                 }
                 Some(manifests) => {
@@ -116,15 +127,29 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
                         },
                     });
                     match works
-                        .patch(&work_name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+                        .patch(
+                            &work_name,
+                            &PatchParams::apply(FIELD_MANAGER).force(),
+                            &Patch::Apply(&patch),
+                        )
                         .await
                     {
-                        Ok(_) => sync = ("WorkSynchronized", TRUE, format!("Work {namespace}/{work_name} carries resource snapshot {index}")),
+                        Ok(_) => {
+                            sync = (
+                                "WorkSynchronized",
+                                TRUE,
+                                format!(
+                                    "Work {namespace}/{work_name} carries resource snapshot {index}"
+                                ),
+                            )
+                        }
                         Err(kube::Error::Api(e)) if e.code == 404 => {
                             sync = (
                                 "MemberNamespaceMissing",
                                 FALSE,
-                                format!("namespace {namespace} does not exist yet: is MemberCluster {cluster} registered?"),
+                                format!(
+                                    "namespace {namespace} does not exist yet: is MemberCluster {cluster} registered?"
+                                ),
                             );
                             requeue = Requeue::requeue(Duration::from_secs(10));
                         }
@@ -139,7 +164,11 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
                 Err(e) => return Err(e.into()),
             }
-            sync = ("Unscheduled", FALSE, format!("cluster {cluster} is no longer selected; its Work is removed"));
+            sync = (
+                "Unscheduled",
+                FALSE,
+                format!("cluster {cluster} is no longer selected; its Work is removed"),
+            );
         }
         _ => {}
     }
@@ -155,7 +184,13 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
     let mut status = binding.status.clone().unwrap_or_default();
     set_condition(
         &mut status.conditions,
-        NewCondition { type_: WORK_SYNCHRONIZED, status: sync.1, reason: sync.0, message: sync.2, observed_generation: generation },
+        NewCondition {
+            type_: WORK_SYNCHRONIZED,
+            status: sync.1,
+            reason: sync.0,
+            message: sync.2,
+            observed_generation: generation,
+        },
         now,
     );
     for type_ in [APPLIED, AVAILABLE] {
@@ -163,7 +198,11 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
             Some(c) => NewCondition {
                 type_,
                 status: if c.status == TRUE { TRUE } else { FALSE },
-                reason: if c.status == TRUE { "MemberReported" } else { "MemberReportedNotReady" },
+                reason: if c.status == TRUE {
+                    "MemberReported"
+                } else {
+                    "MemberReportedNotReady"
+                },
                 message: c.message.clone(),
                 observed_generation: generation,
             },
@@ -186,7 +225,11 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
             "status": status,
         });
         Api::<Binding>::all(ctx.client.clone())
-            .patch_status(&binding.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+            .patch_status(
+                &binding.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
             .await?;
     }
     Ok(requeue)

@@ -30,7 +30,11 @@ async fn agent_client(fleet: &Fleet, member: &str) -> Client {
     fleet
         .hub_as(
             &format!("system:serviceaccount:{ns}:member-agent"),
-            &["system:serviceaccounts", &format!("system:serviceaccounts:{ns}"), "system:authenticated"],
+            &[
+                "system:serviceaccounts",
+                &format!("system:serviceaccounts:{ns}"),
+                "system:authenticated",
+            ],
         )
         .await
         .unwrap()
@@ -45,7 +49,8 @@ fn forbidden<T: std::fmt::Debug>(r: Result<T, kube::Error>, what: &str) {
 
 async fn heartbeat(api: &Api<MemberCluster>, name: &str) -> Result<MemberCluster, kube::Error> {
     let patch = json!({"status": {"lastHeartbeatTime": jiff::Timestamp::now().to_string()}});
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
 }
 
 #[tokio::test]
@@ -55,45 +60,109 @@ async fn a_member_gets_an_isolated_identity_health_and_clean_up() {
     let members: Api<MemberCluster> = Api::all(hub.clone());
     let (a, b) = (unique_name("ma"), unique_name("mb"));
     for name in [&a, &b] {
-        let m = MemberCluster::new(name, MemberClusterSpec { heartbeat_period_seconds: Some(1) });
+        let m = MemberCluster::new(
+            name,
+            MemberClusterSpec {
+                heartbeat_period_seconds: Some(1),
+            },
+        );
         members.create(&PostParams::default(), &m).await.unwrap();
     }
     let namespaces: Api<Namespace> = Api::all(hub.clone());
     for name in [&a, &b] {
         let sas: Api<ServiceAccount> = Api::namespaced(hub.clone(), &names::member_namespace(name));
-        wait_for(&sas, "member-agent", "the member agent's ServiceAccount", TIMEOUT, |s: Option<&ServiceAccount>| s.is_some())
-            .await
-            .unwrap();
+        wait_for(
+            &sas,
+            "member-agent",
+            "the member agent's ServiceAccount",
+            TIMEOUT,
+            |s: Option<&ServiceAccount>| s.is_some(),
+        )
+        .await
+        .unwrap();
     }
 
     // No heartbeat yet: unknown. One heartbeat: healthy. Then silence: unhealthy after 3 periods.
-    wait_for(&members, &a, "Healthy=Unknown", TIMEOUT, healthy("AgentNotJoined")).await.unwrap();
+    wait_for(
+        &members,
+        &a,
+        "Healthy=Unknown",
+        TIMEOUT,
+        healthy("AgentNotJoined"),
+    )
+    .await
+    .unwrap();
     let agent_a = agent_client(fleet, &a).await;
     let as_a: Api<MemberCluster> = Api::all(agent_a.clone());
-    heartbeat(&as_a, &a).await.expect("the agent may write its own MemberCluster status");
-    wait_for(&members, &a, "Healthy=True", TIMEOUT, healthy("HeartbeatFresh")).await.unwrap();
-    let stale = wait_for(&members, &a, "Healthy=False", TIMEOUT, healthy("HeartbeatStale")).await.unwrap();
-    let c = find(&stale.status.unwrap().conditions, "Healthy").unwrap().clone();
+    heartbeat(&as_a, &a)
+        .await
+        .expect("the agent may write its own MemberCluster status");
+    wait_for(
+        &members,
+        &a,
+        "Healthy=True",
+        TIMEOUT,
+        healthy("HeartbeatFresh"),
+    )
+    .await
+    .unwrap();
+    let stale = wait_for(
+        &members,
+        &a,
+        "Healthy=False",
+        TIMEOUT,
+        healthy("HeartbeatStale"),
+    )
+    .await
+    .unwrap();
+    let c = find(&stale.status.unwrap().conditions, "Healthy")
+        .unwrap()
+        .clone();
     assert_eq!(c.status, "False");
-    assert!(c.message.contains("expected every 1s; unhealthy after 3s"), "{}", c.message);
+    assert!(
+        c.message.contains("expected every 1s; unhealthy after 3s"),
+        "{}",
+        c.message
+    );
 
     // Isolation: a's agent reaches its own Works and status, nothing of b's.
     let own_works: Api<Work> = Api::namespaced(agent_a.clone(), &names::member_namespace(&a));
-    own_works.list(&ListParams::default()).await.expect("own Works are readable");
+    own_works
+        .list(&ListParams::default())
+        .await
+        .expect("own Works are readable");
     let other_works: Api<Work> = Api::namespaced(agent_a.clone(), &names::member_namespace(&b));
-    forbidden(other_works.list(&ListParams::default()).await, "listing member b's Works");
+    forbidden(
+        other_works.list(&ListParams::default()).await,
+        "listing member b's Works",
+    );
     forbidden(other_works.get("web").await, "reading member b's Work");
     forbidden(heartbeat(&as_a, &b).await, "writing member b's status");
     forbidden(as_a.get(&b).await, "reading member b's MemberCluster");
-    forbidden(as_a.delete(&a, &Default::default()).await, "deleting its own MemberCluster");
+    forbidden(
+        as_a.delete(&a, &Default::default()).await,
+        "deleting its own MemberCluster",
+    );
     let work = json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "Work", "metadata": {"name": "forged"},
                       "spec": {"placementName": "web", "resourceSnapshotIndex": 0, "workload": {"manifests": []}}});
-    forbidden(own_works.create(&PostParams::default(), &serde_json::from_value(work).unwrap()).await, "creating a Work");
+    forbidden(
+        own_works
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(work).unwrap(),
+            )
+            .await,
+        "creating a Work",
+    );
 
     // Deleting the MemberCluster removes what was provisioned for it.
     members.delete(&a, &Default::default()).await.unwrap();
-    wait_deleted(&namespaces, &names::member_namespace(&a), TIMEOUT).await.unwrap();
+    wait_deleted(&namespaces, &names::member_namespace(&a), TIMEOUT)
+        .await
+        .unwrap();
     let roles: Api<ClusterRole> = Api::all(hub.clone());
-    wait_deleted(&roles, &format!("fleethub:member:{a}"), TIMEOUT).await.unwrap();
+    wait_deleted(&roles, &format!("fleethub:member:{a}"), TIMEOUT)
+        .await
+        .unwrap();
     members.delete(&b, &Default::default()).await.unwrap();
 }

@@ -10,7 +10,8 @@ use fleethub_crds::approval::{APPROVAL_ACCEPTED, APPROVED, ApprovalRequestSpec};
 use fleethub_crds::conditions::{TRUE, find, is_true};
 use fleethub_crds::update_run::{INITIALIZED, SUCCEEDED};
 use fleethub_crds::{
-    ApprovalRequest, Binding, MemberCluster, Placement, ResourceSnapshot, StagedUpdateStrategy, UpdateRun, Work, names,
+    ApprovalRequest, Binding, MemberCluster, Placement, ResourceSnapshot, StagedUpdateStrategy,
+    UpdateRun, Work, names,
 };
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -94,7 +95,9 @@ pub async fn run(client: Client, clock: Arc<dyn Clock>, shutdown: CancellationTo
     let members_task = tokio::spawn(member_stream.for_each(|_| async {}));
     controller
         .watches_stream(work_stream, move |w: Work| for_work(&w.spec.placement_name))
-        .watches_stream(binding_stream, move |b: Binding| for_binding(&b.spec.placement_name))
+        .watches_stream(binding_stream, move |b: Binding| {
+            for_binding(&b.spec.placement_name)
+        })
         .watches_stream(approval_stream, |a: ApprovalRequest| {
             Some(ObjectRef::<UpdateRun>::new(&a.spec.parent_stage_rollout))
         })
@@ -116,7 +119,9 @@ fn finished(run: &UpdateRun) -> bool {
 }
 
 fn initialized(run: &UpdateRun) -> bool {
-    run.status.as_ref().is_some_and(|s| is_true(&s.conditions, INITIALIZED))
+    run.status
+        .as_ref()
+        .is_some_and(|s| is_true(&s.conditions, INITIALIZED))
 }
 
 fn error_policy(run: Arc<UpdateRun>, error: &Error, _ctx: Arc<Context>) -> Requeue {
@@ -145,7 +150,9 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
         let snapshots: Api<ResourceSnapshot> = Api::all(ctx.client.clone());
         let index: u64 = run.spec.resource_snapshot_index.parse().unwrap_or(u64::MAX);
         (
-            strategies.get_opt(&run.spec.staged_rollout_strategy_name).await?,
+            strategies
+                .get_opt(&run.spec.staged_rollout_strategy_name)
+                .await?,
             placements.get_opt(&placement_name).await?,
             snapshots
                 .get_opt(&names::resource_snapshot_name(&placement_name, index))
@@ -164,7 +171,9 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
         .bindings
         .state()
         .iter()
-        .filter(|b| b.spec.placement_name == placement_name && b.metadata.deletion_timestamp.is_none())
+        .filter(|b| {
+            b.spec.placement_name == placement_name && b.metadata.deletion_timestamp.is_none()
+        })
         .map(|b| BindingView {
             cluster: b.spec.target_cluster.clone(),
             state: b.spec.state,
@@ -186,7 +195,11 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
         .iter()
         .filter(|a| a.spec.parent_stage_rollout == name)
         .map(|a| {
-            let conds = a.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+            let conds = a
+                .status
+                .as_ref()
+                .map(|s| s.conditions.as_slice())
+                .unwrap_or_default();
             (
                 a.name_any(),
                 ApprovalView {
@@ -196,7 +209,12 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
             )
         })
         .collect();
-    let created = |r: &UpdateRun| (r.metadata.creation_timestamp.clone().map(|t| t.0), r.name_any());
+    let created = |r: &UpdateRun| {
+        (
+            r.metadata.creation_timestamp.clone().map(|t| t.0),
+            r.name_any(),
+        )
+    };
     let other_active_runs: Vec<String> = ctx
         .runs
         .state()
@@ -231,12 +249,20 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
             "metadata": {"name": name, "resourceVersion": run.metadata.resource_version},
             "status": plan.status,
         });
-        runs.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
-            .await?;
+        runs.patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
     }
     for e in &plan.events {
         let event = Event {
-            type_: if e.warning { EventType::Warning } else { EventType::Normal },
+            type_: if e.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
             reason: e.reason.to_string(),
             note: Some(e.message.clone()),
             action: "Reconcile".to_string(),
@@ -273,7 +299,11 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
                 },
             });
             bindings
-                .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+                .patch(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&patch),
+                )
                 .await?;
         }
         Action::CreateApproval { name, stage } => {
@@ -313,12 +343,22 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
                 }]},
             });
             approvals
-                .patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+                .patch_status(
+                    name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&patch),
+                )
                 .await?;
         }
         Action::Unbind { cluster } => {
             let bindings: Api<Binding> = Api::all(ctx.client.clone());
-            match bindings.delete(&names::binding_name(placement, cluster), &Default::default()).await {
+            match bindings
+                .delete(
+                    &names::binding_name(placement, cluster),
+                    &Default::default(),
+                )
+                .await
+            {
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
                 Err(e) => return Err(e.into()),

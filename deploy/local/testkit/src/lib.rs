@@ -145,6 +145,34 @@ impl Fleet {
     }
 }
 
+impl Fleet {
+    fn script(&self, args: &[&str]) -> Result<(), Error> {
+        let out = Command::new(fleet_script())
+            .args(args)
+            .env("FLEET_DIR", &self.dir)
+            .output()
+            .map_err(|e| Error::Fleet(format!("cannot run deploy/local/fleet: {e}")))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(Error::Fleet(format!(
+                "deploy/local/fleet {args:?} failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )))
+        }
+    }
+
+    /// SIGKILLs fleet component `name` (e.g. `hub`): a crash, for fault tests.
+    pub fn kill(&self, name: &str) -> Result<(), Error> {
+        self.script(&["kill", name])
+    }
+
+    /// Starts the fleethub parts (hub, agents) that are not running, and waits until ready.
+    pub fn start_fleethub(&self) -> Result<(), Error> {
+        self.script(&["start-fleethub"])
+    }
+}
+
 fn status_ok(dir: &Path) -> bool {
     dir.join("hub.kubeconfig").exists()
         && Command::new(fleet_script())

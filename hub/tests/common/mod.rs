@@ -1,0 +1,220 @@
+//! Set-up shared by the hub's integration tests: a placement with its own member clusters,
+//! snapshot, bindings and strategy on the real hub, and a stand-in for the member agents.
+
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fleethub_crds::conditions::find;
+use fleethub_crds::{Work, names};
+use fleethub_testkit::{Fleet, unique_name, wait_for};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::ApiResource;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+
+pub const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One test's objects, all named after a unique id.
+pub struct Scenario {
+    pub hub: Client,
+    pub id: String,
+    pub placement: String,
+    pub run: String,
+    pub strategy: String,
+}
+
+impl Scenario {
+    pub async fn new(fleet: &Fleet, prefix: &str) -> Self {
+        let id = unique_name(prefix);
+        Self {
+            hub: fleet.hub().await.unwrap(),
+            placement: format!("web-{id}"),
+            run: format!("run-{id}"),
+            strategy: format!("strategy-{id}"),
+            id,
+        }
+    }
+
+    /// The name of this scenario's cluster `role`.
+    pub fn cluster(&self, role: &str) -> String {
+        format!("{role}-{}", self.id)
+    }
+
+    /// A label value unique to this scenario (stage selectors match on it).
+    pub fn env(&self, env: &str) -> String {
+        format!("{env}-{}", self.id)
+    }
+
+    pub async fn create(&self, obj: Value) {
+        let obj: DynamicObject = serde_json::from_value(obj).unwrap();
+        let types = obj.types.clone().unwrap();
+        let (group, version) = types
+            .api_version
+            .split_once('/')
+            .unwrap_or(("", &types.api_version));
+        let gvk = kube::core::GroupVersionKind::gvk(group, version, &types.kind);
+        let plural = match types.kind.as_str() {
+            "StagedUpdateStrategy" => "stagedupdatestrategies".to_string(),
+            k => format!("{}s", k.to_lowercase()),
+        };
+        let ar = ApiResource::from_gvk_with_plural(&gvk, &plural);
+        let api: Api<DynamicObject> = Api::all_with(self.hub.clone(), &ar);
+        api.create(&PostParams::default(), &obj)
+            .await
+            .unwrap_or_else(|e| panic!("creating {obj:?}: {e}"));
+    }
+
+    /// A MemberCluster with `labels`; waits until the hub provisioned its namespace.
+    pub async fn member(&self, role: &str, labels: Value) -> String {
+        let name = self.cluster(role);
+        self.create(
+            json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "MemberCluster",
+            "metadata": {"name": name, "labels": labels}, "spec": {}}),
+        )
+        .await;
+        let namespaces: Api<Namespace> = Api::all(self.hub.clone());
+        wait_for(
+            &namespaces,
+            &names::member_namespace(&name),
+            "the member's namespace",
+            TIMEOUT,
+            |n: Option<&Namespace>| n.is_some(),
+        )
+        .await
+        .unwrap();
+        name
+    }
+
+    /// An External placement and its snapshot `index` holding one ConfigMap.
+    pub async fn placement_at(&self, index: i64) {
+        self.create(json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "Placement",
+            "metadata": {"name": self.placement},
+            "spec": {"resourceSelectors": [{"group": "", "version": "v1", "kind": "Namespace", "name": "app"}],
+                     "strategy": {"type": "External"}}}))
+            .await;
+        self.create(json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "ResourceSnapshot",
+            "metadata": {"name": names::resource_snapshot_name(&self.placement, index as u64)},
+            "spec": {"placementName": self.placement, "resourceIndex": index, "parts": 1, "contentHash": format!("h{index}"),
+                     "objectCount": 1,
+                     "resources": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "web", "namespace": "app"},
+                                    "data": {"version": index.to_string()}}]}}))
+            .await;
+    }
+
+    /// The placement's Binding to `cluster` in `state`.
+    pub async fn binding(&self, cluster: &str, state: &str) {
+        self.create(
+            json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "Binding",
+            "metadata": {"name": names::binding_name(&self.placement, cluster)},
+            "spec": {"placementName": self.placement, "targetCluster": cluster, "state": state}}),
+        )
+        .await;
+    }
+
+    pub async fn strategy(&self, stages: Value) {
+        self.create(
+            json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "StagedUpdateStrategy",
+            "metadata": {"name": self.strategy}, "spec": {"stages": stages}}),
+        )
+        .await;
+    }
+
+    pub async fn start_run(&self, index: i64) {
+        self.create(
+            json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "UpdateRun",
+            "metadata": {"name": self.run},
+            "spec": {"placementName": self.placement, "resourceSnapshotIndex": index.to_string(),
+                     "stagedRolloutStrategyName": self.strategy}}),
+        )
+        .await;
+    }
+}
+
+/// What the stand-in members saw: each cluster's first Work at the index, with when it came
+/// and the Work generation.
+pub type Updates = Arc<Mutex<Vec<(String, jiff::Timestamp, Option<i64>)>>>;
+
+/// Stands in for the member agents of `placement`'s clusters: reports every new Work
+/// generation applied and available, recording each cluster's first update.
+pub fn simulate_members(
+    client: Client,
+    placement: String,
+    index: i64,
+) -> (Updates, tokio::task::JoinHandle<()>) {
+    let updates: Updates = Arc::new(Mutex::new(Vec::new()));
+    let seen = updates.clone();
+    let task = tokio::spawn(async move {
+        let works: Api<Work> = Api::all(client.clone());
+        let cfg =
+            watcher::Config::default().labels(&format!("{}={placement}", names::PLACEMENT_LABEL));
+        let mut stream = watcher(works, cfg)
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(next) = stream.next().await {
+            let Ok(work) = next else { continue };
+            let generation = work.metadata.generation;
+            let reported = work
+                .status
+                .as_ref()
+                .and_then(|s| find(&s.conditions, "Available"))
+                .and_then(|c| c.observed_generation);
+            if reported == generation || work.spec.resource_snapshot_index != index {
+                continue;
+            }
+            let ns = work.namespace().unwrap();
+            let cluster = names::cluster_of_namespace(&ns).unwrap().to_string();
+            {
+                let mut seen = seen.lock().unwrap();
+                if !seen.iter().any(|(c, _, _)| *c == cluster) {
+                    seen.push((cluster, jiff::Timestamp::now(), generation));
+                }
+            }
+            let now = jiff::Timestamp::now().to_string();
+            let cond = |t: &str| {
+                json!({"type": t, "status": "True", "reason": "Simulated", "message": "reported by the test",
+                                        "observedGeneration": generation, "lastTransitionTime": now})
+            };
+            let status = json!({"status": {"conditions": [cond("Applied"), cond("Available")], "appliedResourceSnapshotIndex": index}});
+            let api: Api<Work> = Api::namespaced(client.clone(), &ns);
+            let _ = api
+                .patch_status(
+                    &work.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&status),
+                )
+                .await;
+        }
+    });
+    (updates, task)
+}
+
+pub fn clusters_in_order(updates: &Updates) -> Vec<String> {
+    updates
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(c, _, _)| c.clone())
+        .collect()
+}
+
+pub fn kubectl(fleet: &Fleet, args: &[&str]) -> String {
+    let out =
+        std::process::Command::new(std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into()))
+            .arg("--kubeconfig")
+            .arg(fleet.kubeconfig("hub"))
+            .args(args)
+            .output()
+            .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}

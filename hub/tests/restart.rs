@@ -1,0 +1,172 @@
+//! Restart safety: the hub is killed (SIGKILL) again and again during a run and restarted; the
+//! run still completes with every cluster updated once, in the strategy's order, and no gate
+//! passed early. Everything the engine decides on lives in the run's status.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Scenario, TIMEOUT, clusters_in_order, simulate_members};
+use fleethub_crds::conditions::is_true;
+use fleethub_crds::{ApprovalRequest, UpdateRun, Work, names};
+use fleethub_testkit::{Fleet, wait_for};
+use futures::StreamExt;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+#[tokio::test]
+async fn a_run_survives_repeated_hub_crashes() {
+    let fleet = Fleet::get().unwrap();
+    let s = Scenario::new(fleet, "rs").await;
+    let hub = s.hub.clone();
+    let stg = [
+        s.member("stg1", json!({"env": s.env("staging")})).await,
+        s.member("stg2", json!({"env": s.env("staging")})).await,
+    ];
+    let can = s.member("can", json!({"env": s.env("canary")})).await;
+    let mut prod = Vec::new();
+    for (i, order) in ["3", "1", "2"].iter().enumerate() {
+        prod.push(
+            s.member(
+                &format!("prod{i}"),
+                json!({"env": s.env("production"), "order": order}),
+            )
+            .await,
+        );
+    }
+    s.placement_at(1).await;
+    for c in stg.iter().chain([&can]).chain(&prod) {
+        s.binding(c, "Scheduled").await;
+    }
+    s.strategy(json!([
+        {"name": "staging", "labelSelector": {"matchLabels": {"env": s.env("staging")}},
+         "afterStageTasks": [{"type": "TimedWait", "waitTime": "10s"}]},
+        {"name": "canary", "labelSelector": {"matchLabels": {"env": s.env("canary")}},
+         "afterStageTasks": [{"type": "Approval"}]},
+        {"name": "production", "labelSelector": {"matchLabels": {"env": s.env("production")}},
+         "sortingLabelKey": "order", "maxConcurrency": 1,
+         "afterStageTasks": [{"type": "TimedWait", "waitTime": "6s"}]}]))
+        .await;
+    let (updates, members_task) = simulate_members(hub.clone(), s.placement.clone(), 1);
+
+    // A person approves the canary gate as soon as it appears, and we note when.
+    let approvals: Api<ApprovalRequest> = Api::all(hub.clone());
+    let approver = {
+        let approvals = approvals.clone();
+        let run = s.run.clone();
+        tokio::spawn(async move {
+            let cfg = watcher::Config::default().fields(&format!("metadata.name={run}-canary"));
+            let mut stream = watcher(approvals.clone(), cfg)
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(Ok(a)) = stream.next().await {
+                let approve = json!({"status": {"conditions": [{"type": "Approved", "status": "True", "reason": "Approved",
+                    "message": "approved by the test", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
+                if approvals
+                    .patch_status(
+                        &a.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(&approve),
+                    )
+                    .await
+                    .is_ok()
+                {
+                    return jiff::Timestamp::now();
+                }
+            }
+            unreachable!("the approval watch ended")
+        })
+    };
+
+    s.start_run(1).await;
+    let runs: Api<UpdateRun> = Api::all(hub.clone());
+    let succeeded = |r: Option<&UpdateRun>| {
+        r.and_then(|r| r.status.as_ref())
+            .is_some_and(|s| is_true(&s.conditions, "Succeeded"))
+    };
+
+    // Crash the hub every 0.3–1 s until the run is done.
+    let mut kills = 0;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let mut pace = 0x2545F4914F6CDD1Du64;
+    loop {
+        pace ^= pace << 13;
+        pace ^= pace >> 7;
+        pace ^= pace << 17;
+        // Fault injection pacing, not a wait for state: the run's completion is watched below.
+        tokio::time::sleep(Duration::from_millis(300 + pace % 700)).await;
+        if succeeded(runs.get_opt(&s.run).await.unwrap().as_ref()) {
+            break;
+        }
+        fleet.kill("hub").unwrap();
+        kills += 1;
+        fleet.start_fleethub().unwrap();
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run did not finish within {TIMEOUT:?} ({kills} kills)"
+        );
+    }
+    let done = wait_for(&runs, &s.run, "the run to succeed", TIMEOUT, succeeded)
+        .await
+        .unwrap();
+    members_task.abort();
+    let approved_at = approver.await.unwrap();
+
+    // Every cluster updated once (its Work written once: generation 1), in order.
+    let expected: Vec<String> = [&stg[0], &stg[1], &can, &prod[1], &prod[2], &prod[0]]
+        .into_iter()
+        .cloned()
+        .collect();
+    assert_eq!(
+        clusters_in_order(&updates),
+        expected,
+        "after {kills} crashes"
+    );
+    for c in &expected {
+        let works: Api<Work> = Api::namespaced(hub.clone(), &names::member_namespace(c));
+        let w = works.get(&names::work_name(&s.placement)).await.unwrap();
+        assert_eq!(
+            w.metadata.generation,
+            Some(1),
+            "cluster {c}'s Work was rewritten"
+        );
+    }
+    // No gate passed early: canary after staging's 6s wait; production after the approval.
+    let status = done.status.unwrap();
+    let when = |c: &str| {
+        updates
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(n, _, _)| n == c)
+            .unwrap()
+            .1
+    };
+    let staging_done = status.stages_status[0]
+        .clusters_completed_time
+        .as_ref()
+        .unwrap()
+        .0;
+    assert!(
+        when(&can).as_second() - staging_done.as_second() >= 10,
+        "canary started before the 10s soak ended"
+    );
+    assert!(
+        when(&prod[1]) >= approved_at,
+        "production started before the canary approval"
+    );
+    let production = &status.stages_status[2];
+    let soak = production.end_time.as_ref().unwrap().0.as_second()
+        - production
+            .clusters_completed_time
+            .as_ref()
+            .unwrap()
+            .0
+            .as_second();
+    assert!(soak >= 6, "production's 6s soak lasted {soak}s");
+    assert!(kills >= 10, "only {kills} crashes happened during the run");
+    runs.delete(&s.run, &Default::default()).await.unwrap();
+}
