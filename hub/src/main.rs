@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Parser;
 use fleethub_hub::clock::{Clock, SystemClock};
-use fleethub_hub::{membership, update_run, work_generator};
+use fleethub_hub::{membership, placement, update_run, work_generator};
 use fleethub_runtime::logging;
 use fleethub_runtime::process::{ProcessArgs, register_build_info};
 use fleethub_runtime::{Health, kubeconfig, probe};
@@ -76,6 +76,7 @@ async fn main() -> anyhow::Result<()> {
                 args.heartbeat_stale_multiple,
                 shutdown.clone()
             ),
+            placement::controller::run(client.clone(), clock.clone(), shutdown.clone()),
             update_run::controller::run(client.clone(), clock.clone(), shutdown.clone()),
             work_generator::run(client.clone(), clock.clone(), shutdown.clone()),
         );

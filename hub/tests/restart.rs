@@ -36,10 +36,8 @@ async fn a_run_survives_repeated_hub_crashes() {
             .await,
         );
     }
-    s.placement_at(1).await;
-    for c in stg.iter().chain([&can]).chain(&prod) {
-        s.binding(c, "Scheduled").await;
-    }
+    let all: Vec<&String> = stg.iter().chain([&can]).chain(&prod).collect();
+    s.placement(&all, false).await;
     s.strategy(json!([
         {"name": "staging", "labelSelector": {"matchLabels": {"env": s.env("staging")}},
          "afterStageTasks": [{"type": "TimedWait", "waitTime": "10s"}]},
@@ -49,7 +47,7 @@ async fn a_run_survives_repeated_hub_crashes() {
          "sortingLabelKey": "order", "maxConcurrency": 1,
          "afterStageTasks": [{"type": "TimedWait", "waitTime": "6s"}]}]))
         .await;
-    let (updates, members_task) = simulate_members(hub.clone(), s.placement.clone(), 1);
+    let (updates, members_task) = simulate_members(hub.clone(), s.placement.clone(), 0);
 
     // A person approves the canary gate as soon as it appears, and we note when.
     let approvals: Api<ApprovalRequest> = Api::all(hub.clone());
@@ -81,7 +79,7 @@ async fn a_run_survives_repeated_hub_crashes() {
         })
     };
 
-    s.start_run(1).await;
+    s.start_run(0).await;
     let runs: Api<UpdateRun> = Api::all(hub.clone());
     let succeeded = |r: Option<&UpdateRun>| {
         r.and_then(|r| r.status.as_ref())

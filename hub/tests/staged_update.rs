@@ -31,12 +31,23 @@ async fn three_stage_rollout_with_gates_in_order() {
         .member("prod2", json!({"env": s.env("production"), "order": "1"}))
         .await;
     let old = s.member("old", json!({})).await;
-    s.placement_at(1).await;
-    for c in [&stg, &can, &prod1, &prod2] {
-        s.binding(c, "Scheduled").await;
-    }
-    // A cluster the placement no longer selects: the deletion stage removes its binding.
-    s.binding(&old, "Unscheduled").await;
+    s.placement(&[&stg, &can, &prod1, &prod2, &old], false)
+        .await;
+    // A cluster the placement no longer selects: its binding becomes Unscheduled, and the run's
+    // deletion stage removes it.
+    s.pick(&[&stg, &can, &prod1, &prod2]).await;
+    let bindings: Api<Binding> = Api::all(hub.clone());
+    wait_for(
+        &bindings,
+        &format!("{placement}-{old}"),
+        "the old cluster's binding to be Unscheduled",
+        TIMEOUT,
+        |b: Option<&Binding>| {
+            b.is_some_and(|b| b.spec.state == fleethub_crds::binding::BindingState::Unscheduled)
+        },
+    )
+    .await
+    .unwrap();
     s.strategy(json!([
         {"name": "staging", "labelSelector": {"matchLabels": {"env": s.env("staging")}},
          "afterStageTasks": [{"type": "TimedWait", "waitTime": "2s"}]},
@@ -46,8 +57,8 @@ async fn three_stage_rollout_with_gates_in_order() {
          "sortingLabelKey": "order",
          "afterStageTasks": [{"type": "Approval"}, {"type": "TimedWait", "waitTime": "1s"}]}]))
         .await;
-    let (updates, members_task) = simulate_members(hub.clone(), placement.clone(), 1);
-    s.start_run(1).await;
+    let (updates, members_task) = simulate_members(hub.clone(), placement.clone(), 0);
+    s.start_run(0).await;
 
     let runs: Api<UpdateRun> = Api::all(hub.clone());
     let approvals: Api<ApprovalRequest> = Api::all(hub.clone());
@@ -200,8 +211,7 @@ async fn three_stage_rollout_with_gates_in_order() {
         .collect();
     assert_eq!(prod, [prod2.clone(), prod1.clone()]);
 
-    // Every cluster's Binding points at index 1 via this run; the removed cluster's is gone.
-    let bindings: Api<Binding> = Api::all(hub.clone());
+    // Every cluster's Binding points at index 0 via this run; the removed cluster's is gone.
     for name in [&stg, &can, &prod1, &prod2] {
         let b = bindings.get(&format!("{placement}-{name}")).await.unwrap();
         assert_eq!(
@@ -209,7 +219,7 @@ async fn three_stage_rollout_with_gates_in_order() {
                 b.spec.resource_snapshot_index,
                 b.spec.update_run_name.as_deref()
             ),
-            (Some(1), Some(run.as_str()))
+            (Some(0), Some(run.as_str()))
         );
         let available =
             find(&b.status.as_ref().unwrap().conditions, "Available").map(|c| c.status.clone());

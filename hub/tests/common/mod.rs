@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fleethub_crds::conditions::find;
-use fleethub_crds::{Work, names};
+use fleethub_crds::{Binding, ResourceSnapshot, Work, names};
 use fleethub_testkit::{Fleet, unique_name, wait_for};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -69,7 +69,8 @@ impl Scenario {
             .unwrap_or_else(|e| panic!("creating {obj:?}: {e}"));
     }
 
-    /// A MemberCluster with `labels`; waits until the hub provisioned its namespace.
+    /// A MemberCluster with `labels`, joined (as its agent would mark it); waits until the hub
+    /// provisioned its namespace.
     pub async fn member(&self, role: &str, labels: Value) -> String {
         let name = self.cluster(role);
         self.create(
@@ -77,6 +78,12 @@ impl Scenario {
             "metadata": {"name": name, "labels": labels}, "spec": {}}),
         )
         .await;
+        let joined = json!({"status": {"conditions": [{"type": "Joined", "status": "True", "reason": "Simulated",
+            "message": "joined by the test's stand-in agent", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
+        Api::<fleethub_crds::MemberCluster>::all(self.hub.clone())
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&joined))
+            .await
+            .unwrap();
         let namespaces: Api<Namespace> = Api::all(self.hub.clone());
         wait_for(
             &namespaces,
@@ -90,30 +97,85 @@ impl Scenario {
         name
     }
 
-    /// An External placement and its snapshot `index` holding one ConfigMap.
-    pub async fn placement_at(&self, index: i64) {
-        self.create(json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "Placement",
-            "metadata": {"name": self.placement},
-            "spec": {"resourceSelectors": [{"group": "", "version": "v1", "kind": "Namespace", "name": "app"}],
-                     "strategy": {"type": "External"}}}))
-            .await;
-        self.create(json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "ResourceSnapshot",
-            "metadata": {"name": names::resource_snapshot_name(&self.placement, index as u64)},
-            "spec": {"placementName": self.placement, "resourceIndex": index, "parts": 1, "contentHash": format!("h{index}"),
-                     "objectCount": 1,
-                     "resources": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "web", "namespace": "app"},
-                                    "data": {"version": index.to_string()}}]}}))
-            .await;
+    /// The hub namespace whose content the placement rolls out.
+    pub fn app_namespace(&self) -> String {
+        format!("app-{}", self.id)
     }
 
-    /// The placement's Binding to `cluster` in `state`.
-    pub async fn binding(&self, cluster: &str, state: &str) {
-        self.create(
-            json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "Binding",
-            "metadata": {"name": names::binding_name(&self.placement, cluster)},
-            "spec": {"placementName": self.placement, "targetCluster": cluster, "state": state}}),
+    /// Sets the content: the app namespace holding ConfigMap `web` with `version`.
+    pub async fn set_version(&self, version: &str) {
+        let namespaces: Api<Namespace> = Api::all(self.hub.clone());
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.app_namespace()}});
+        namespaces
+            .patch(
+                &self.app_namespace(),
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(&ns),
+            )
+            .await
+            .unwrap();
+        let cms: Api<ConfigMap> = Api::namespaced(self.hub.clone(), &self.app_namespace());
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "web"}, "data": {"version": version}});
+        cms.patch(
+            "web",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&cm),
         )
-        .await;
+        .await
+        .unwrap();
+    }
+
+    /// A placement of the app namespace on exactly `clusters`, rolled out by UpdateRuns (or by
+    /// the hub itself when `rolling`); waits for its first snapshot and its bindings.
+    pub async fn placement(&self, clusters: &[&String], rolling: bool) {
+        self.set_version("1").await;
+        self.create(json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "Placement",
+            "metadata": {"name": self.placement},
+            "spec": {"resourceSelectors": [{"group": "", "version": "v1", "kind": "Namespace", "name": self.app_namespace()}],
+                     "policy": {"placementType": "PickFixed", "clusterNames": clusters},
+                     "strategy": {"type": if rolling { "RollingUpdate" } else { "External" }}}}))
+            .await;
+        self.wait_snapshot(0).await;
+        let bindings: Api<Binding> = Api::all(self.hub.clone());
+        for c in clusters {
+            wait_for(
+                &bindings,
+                &names::binding_name(&self.placement, c),
+                "the cluster's Binding",
+                TIMEOUT,
+                |b: Option<&Binding>| b.is_some(),
+            )
+            .await
+            .unwrap();
+        }
+    }
+
+    /// Waits for the placement's snapshot `index`.
+    pub async fn wait_snapshot(&self, index: u64) -> ResourceSnapshot {
+        let snapshots: Api<ResourceSnapshot> = Api::all(self.hub.clone());
+        wait_for(
+            &snapshots,
+            &names::resource_snapshot_name(&self.placement, index),
+            "a resource snapshot",
+            TIMEOUT,
+            |s: Option<&ResourceSnapshot>| s.is_some(),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// Changes the placement's cluster list.
+    pub async fn pick(&self, clusters: &[&String]) {
+        let patch =
+            json!({"spec": {"policy": {"placementType": "PickFixed", "clusterNames": clusters}}});
+        Api::<fleethub_crds::Placement>::all(self.hub.clone())
+            .patch(
+                &self.placement,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .unwrap();
     }
 
     pub async fn strategy(&self, stages: Value) {
