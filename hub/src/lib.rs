@@ -4,6 +4,7 @@
 pub mod clock;
 mod error;
 pub mod membership;
+pub mod metrics;
 pub mod placement;
 pub mod update_run;
 pub mod work_generator;

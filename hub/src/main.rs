@@ -9,11 +9,15 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Parser;
 use fleethub_hub::clock::{Clock, SystemClock};
+use fleethub_hub::metrics::Metrics;
 use fleethub_hub::{membership, placement, update_run, work_generator};
 use fleethub_runtime::logging;
 use fleethub_runtime::process::{ProcessArgs, register_build_info};
 use fleethub_runtime::{Health, kubeconfig, probe};
 use prometheus_client::registry::Registry;
+
+/// How long controllers may take to finish in-flight reconciles after SIGTERM.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Kinds the hub needs served by the hub API server.
 const KINDS: &[&str] = &[
@@ -53,6 +57,7 @@ async fn main() -> anyhow::Result<()> {
 
     let mut registry = Registry::with_prefix("fleethub_hub");
     register_build_info(&mut registry, "Build information of the running hub", &[]);
+    let metrics = Metrics::new(&mut registry);
     let health = Health::new(registry, &["hub-api"]);
 
     let server = tokio::spawn(fleethub_runtime::serve(
@@ -69,17 +74,47 @@ async fn main() -> anyhow::Result<()> {
     {
         tracing::info!(hub_version = %version, "connected to the hub; fleethub API is served; starting controllers");
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        tokio::join!(
-            membership::run(
-                client.clone(),
-                clock.clone(),
-                args.heartbeat_stale_multiple,
-                shutdown.clone()
-            ),
-            placement::controller::run(client.clone(), clock.clone(), shutdown.clone()),
-            update_run::controller::run(client.clone(), clock.clone(), shutdown.clone()),
-            work_generator::run(client.clone(), clock.clone(), shutdown.clone()),
-        );
+        let controllers = async {
+            tokio::join!(
+                membership::run(
+                    client.clone(),
+                    clock.clone(),
+                    args.heartbeat_stale_multiple,
+                    metrics.clone(),
+                    shutdown.clone()
+                ),
+                placement::controller::run(
+                    client.clone(),
+                    clock.clone(),
+                    metrics.clone(),
+                    shutdown.clone()
+                ),
+                update_run::controller::run(
+                    client.clone(),
+                    clock.clone(),
+                    metrics.clone(),
+                    shutdown.clone()
+                ),
+                work_generator::run(
+                    client.clone(),
+                    clock.clone(),
+                    metrics.clone(),
+                    shutdown.clone()
+                ),
+            )
+        };
+        tokio::pin!(controllers);
+        tokio::select! {
+            _ = &mut controllers => {}
+            _ = shutdown.cancelled() => {
+                // Let in-flight reconciles finish, but do not hang: a controller whose caches
+                // have not synced yet does not notice the shutdown (kube-runtime holds it until
+                // its store is ready). Everything is in the API server, so nothing is lost.
+                if tokio::time::timeout(SHUTDOWN_GRACE, &mut controllers).await.is_err() {
+                    tracing::warn!(grace = ?SHUTDOWN_GRACE, "controllers did not stop in time; exiting anyway");
+                }
+            }
+        }
     }
 
     shutdown.cancelled().await;

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::clock::Clock;
+use crate::metrics::Metrics;
 
 /// Field manager of every write this controller makes.
 pub const FIELD_MANAGER: &str = "fleethub/membership";
@@ -132,6 +133,7 @@ pub async fn run(
     client: Client,
     clock: Arc<dyn Clock>,
     stale_multiple: u32,
+    metrics: Metrics,
     shutdown: CancellationToken,
 ) {
     Controller::new(
@@ -148,10 +150,12 @@ pub async fn run(
             stale_multiple,
         }),
     )
-    .for_each(|res| async move {
+    .for_each(move |res| {
+        metrics.observe("membership", &res);
         if let Err(e) = res {
             tracing::debug!(error = %e, "membership reconcile error");
         }
+        std::future::ready(())
     })
     .await;
 }

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::clock::Clock;
+use crate::metrics::Metrics;
 
 /// Field manager of every write this controller makes.
 pub const FIELD_MANAGER: &str = "fleethub/work-generator";
@@ -31,16 +32,23 @@ struct Context {
 }
 
 /// Runs the controller until `shutdown`.
-pub async fn run(client: Client, clock: Arc<dyn Clock>, shutdown: CancellationToken) {
+pub async fn run(
+    client: Client,
+    clock: Arc<dyn Clock>,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) {
     let cfg = watcher::Config::default;
     Controller::new(Api::<Binding>::all(client.clone()), cfg())
         .owns(Api::<Work>::all(client.clone()), cfg())
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconcile, error_policy, Arc::new(Context { client, clock }))
-        .for_each(|res| async move {
+        .for_each(move |res| {
+            metrics.observe("work-generator", &res);
             if let Err(e) = res {
                 tracing::debug!(error = %e, "work-generator reconcile error");
             }
+            std::future::ready(())
         })
         .await;
 }

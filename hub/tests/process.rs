@@ -24,6 +24,13 @@ async fn readyz(port: u16) -> Option<(u16, String)> {
 }
 
 fn sigterm_and_wait(mut child: Child) -> (std::process::ExitStatus, String) {
+    // Drain the log while waiting: a full pipe would block the hub.
+    let mut stderr = child.stderr.take().unwrap();
+    let log = std::thread::spawn(move || {
+        let mut err = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut err);
+        err
+    });
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -32,14 +39,16 @@ fn sigterm_and_wait(mut child: Child) -> (std::process::ExitStatus, String) {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         if let Some(status) = child.try_wait().unwrap() {
-            let mut err = String::new();
-            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
-            return (status, err);
+            return (status, log.join().unwrap());
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the hub did not exit within 20s of SIGTERM"
-        );
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "the hub did not exit within 20s of SIGTERM; its log:\n{}",
+                log.join().unwrap()
+            );
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
 }

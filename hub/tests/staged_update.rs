@@ -260,6 +260,22 @@ async fn three_stage_rollout_with_gates_in_order() {
         assert!(events.contains(reason), "no {reason} event in {events}");
     }
 
+    // The hub's metrics saw the run through.
+    let (_, metrics) = fleethub_testkit::http_get(fleet.hub_health_addr(), "/metrics")
+        .await
+        .unwrap();
+    let value = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{metrics}"))
+    };
+    assert!(value("fleethub_hub_update_runs{state=\"Succeeded\"}") >= 1.0);
+    assert!(value("fleethub_hub_cluster_update_seconds_count") >= 4.0);
+    assert!(value("fleethub_hub_stage_seconds_count") >= 3.0);
+    assert!(value("fleethub_hub_approval_wait_seconds_count") >= 2.0);
+    assert!(value("fleethub_hub_reconciles_total{controller=\"update-run\"}") >= 1.0);
+
     // Deleting the run deletes its approval requests (owner references, real garbage collector);
     // the clusters keep running what they have.
     runs.delete(&run, &Default::default()).await.unwrap();

@@ -33,6 +33,7 @@ use super::clusters::{self, BindingChange, Member};
 use super::content;
 use crate::Error;
 use crate::clock::Clock;
+use crate::metrics::Metrics;
 
 /// Field manager of every write this controller makes.
 pub const FIELD_MANAGER: &str = "fleethub/placement";
@@ -146,7 +147,12 @@ where
 }
 
 /// Runs the controller until `shutdown`.
-pub async fn run(client: Client, clock: Arc<dyn Clock>, shutdown: CancellationToken) {
+pub async fn run(
+    client: Client,
+    clock: Arc<dyn Clock>,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) {
     let (bindings, bindings_writer) = reflector::store::<Binding>();
     let (members, members_writer) = reflector::store::<MemberCluster>();
     let binding_stream = watcher(
@@ -212,10 +218,12 @@ pub async fn run(client: Client, clock: Arc<dyn Clock>, shutdown: CancellationTo
         .reconcile_on(content_changes)
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconcile, error_policy, ctx)
-        .for_each(|res| async move {
+        .for_each(move |res| {
+            metrics.observe("placement", &res);
             if let Err(e) = res {
                 tracing::debug!(error = %e, "placement reconcile error");
             }
+            std::future::ready(())
         })
         .await;
 }

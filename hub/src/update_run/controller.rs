@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use fleethub_crds::approval::{APPROVAL_ACCEPTED, APPROVED, ApprovalRequestSpec};
 use fleethub_crds::conditions::{TRUE, find, is_true};
-use fleethub_crds::update_run::{INITIALIZED, SUCCEEDED};
+use fleethub_crds::update_run::{INITIALIZED, PROGRESSING, SUCCEEDED};
 use fleethub_crds::{
     ApprovalRequest, Binding, MemberCluster, Placement, ResourceSnapshot, StagedUpdateStrategy,
     UpdateRun, Work, names,
@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::plan::{self, Action, ApprovalView, BindingView, Observed, WorkView};
 use crate::Error;
 use crate::clock::Clock;
+use crate::metrics::{Metrics, RunState, RunStateLabels};
 
 /// Field manager of every write this controller makes.
 pub const FIELD_MANAGER: &str = "fleethub/update-run";
@@ -33,6 +34,7 @@ pub const FIELD_MANAGER: &str = "fleethub/update-run";
 /// What the reconciler shares.
 pub struct Context {
     client: Client,
+    metrics: Metrics,
     clock: Arc<dyn Clock>,
     recorder: Recorder,
     runs: Store<UpdateRun>,
@@ -43,7 +45,12 @@ pub struct Context {
 }
 
 /// Runs the controller until `shutdown`.
-pub async fn run(client: Client, clock: Arc<dyn Clock>, shutdown: CancellationToken) {
+pub async fn run(
+    client: Client,
+    clock: Arc<dyn Clock>,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) {
     let (works, works_writer) = reflector::store::<Work>();
     let (bindings, bindings_writer) = reflector::store::<Binding>();
     let (approvals, approvals_writer) = reflector::store::<ApprovalRequest>();
@@ -80,7 +87,9 @@ pub async fn run(client: Client, clock: Arc<dyn Clock>, shutdown: CancellationTo
     };
     let for_work = by_placement(runs.clone());
     let for_binding = by_placement(runs.clone());
+    let runs_for_gauge = runs.clone();
     let ctx = Arc::new(Context {
+        metrics: metrics.clone(),
         recorder: Recorder::new(client.clone(), Reporter::from("fleethub-hub")),
         client,
         clock,
@@ -103,13 +112,57 @@ pub async fn run(client: Client, clock: Arc<dyn Clock>, shutdown: CancellationTo
         })
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconcile, error_policy, ctx)
-        .for_each(|res| async move {
+        .for_each(move |res| {
+            metrics.observe("update-run", &res);
+            count_runs(&metrics, &runs_for_gauge);
             if let Err(e) = res {
                 tracing::debug!(error = %e, "update-run reconcile error");
             }
+            std::future::ready(())
         })
         .await;
     members_task.abort();
+}
+
+/// Where a run is, for the runs-by-state gauge.
+fn state_of(run: &UpdateRun) -> RunState {
+    let conds = run
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    match (find(conds, SUCCEEDED), find(conds, PROGRESSING)) {
+        (Some(c), _) if c.status == TRUE => RunState::Succeeded,
+        (Some(_), _) => RunState::Failed,
+        (None, None) => RunState::Pending,
+        (None, Some(p)) => match p.reason.as_str() {
+            plan::reason::WAITING => RunState::Waiting,
+            plan::reason::STOPPED => RunState::Stopped,
+            plan::reason::CLUSTER_FAILED => RunState::Blocked,
+            _ => RunState::Progressing,
+        },
+    }
+}
+
+/// Sets the runs-by-state gauge from the cache of runs.
+fn count_runs(metrics: &Metrics, runs: &Store<UpdateRun>) {
+    const STATES: [RunState; 7] = [
+        RunState::Pending,
+        RunState::Progressing,
+        RunState::Waiting,
+        RunState::Stopped,
+        RunState::Blocked,
+        RunState::Succeeded,
+        RunState::Failed,
+    ];
+    let all = runs.state();
+    for state in STATES {
+        let n = all.iter().filter(|r| state_of(r) == state).count();
+        metrics
+            .update_runs
+            .get_or_create(&RunStateLabels { state })
+            .set(n as i64);
+    }
 }
 
 fn finished(run: &UpdateRun) -> bool {
@@ -272,6 +325,15 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
             tracing::debug!(error = %err, "cannot record event");
         }
         tracing::info!(reason = e.reason, "{}", e.message);
+        if let Some(seconds) = e.seconds {
+            let histogram = match e.reason {
+                plan::reason::CLUSTER_SUCCEEDED => &ctx.metrics.cluster_update_seconds,
+                plan::reason::STAGE_SUCCEEDED => &ctx.metrics.stage_seconds,
+                plan::reason::APPROVAL_APPROVED => &ctx.metrics.approval_wait_seconds,
+                _ => continue,
+            };
+            histogram.observe(seconds.max(0) as f64);
+        }
     }
     Ok(match plan.requeue_after {
         Some(after) => Requeue::requeue(after),

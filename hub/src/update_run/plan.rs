@@ -197,6 +197,8 @@ pub struct PlanEvent {
     pub reason: &'static str,
     /// A sentence.
     pub message: String,
+    /// How long what just finished took (a cluster update, a stage, an approval wait).
+    pub seconds: Option<i64>,
 }
 
 /// What to do next.
@@ -296,6 +298,18 @@ impl Planner<'_, '_> {
             warning,
             reason,
             message,
+            seconds: None,
+        });
+    }
+
+    /// An event about something that finished, having started at `since`.
+    fn timed_event(&mut self, reason: &'static str, message: String, since: Option<Timestamp>) {
+        let seconds = since.map(|t| self.o.now.as_second() - t.as_second());
+        self.events.push(PlanEvent {
+            warning: false,
+            reason,
+            message,
+            seconds,
         });
     }
 
@@ -695,11 +709,8 @@ impl Planner<'_, '_> {
                     };
                     set_condition(&mut cluster.conditions, c, now);
                     cluster.end_time = Some(Time(now));
-                    self.event(
-                        false,
-                        reason::CLUSTER_SUCCEEDED,
-                        format!("cluster {name} updated to resource snapshot {index}"),
-                    );
+                    let message = format!("cluster {name} updated to resource snapshot {index}");
+                    self.timed_event(reason::CLUSTER_SUCCEEDED, message, Some(started));
                 }
                 Err((why, message)) => {
                     let first = !conditions::is_false(&cluster.conditions, SUCCEEDED);
@@ -873,12 +884,12 @@ impl Planner<'_, '_> {
                                     reason::APPROVAL_APPROVED,
                                     format!("ApprovalRequest {name} approved"),
                                 );
+                                let requested = find(&conds, APPROVAL_REQUEST_CREATED)
+                                    .map(|c| c.last_transition_time.0);
                                 set_condition(&mut conds, c, now);
-                                self.event(
-                                    false,
-                                    reason::APPROVAL_APPROVED,
-                                    format!("stage {stage_name} approved (ApprovalRequest {name})"),
-                                );
+                                let message =
+                                    format!("stage {stage_name} approved (ApprovalRequest {name})");
+                                self.timed_event(reason::APPROVAL_APPROVED, message, requested);
                             }
                         }
                         _ => pending.push(format!("waits for approval of ApprovalRequest {name}")),
@@ -919,10 +930,11 @@ impl Planner<'_, '_> {
             set_condition(&mut stage.conditions, c, now);
         }
         stage.end_time = Some(Time(now));
-        self.event(
-            false,
+        let started = stage.start_time.as_ref().map(|t| t.0);
+        self.timed_event(
             reason::STAGE_SUCCEEDED,
             format!("stage {stage_name} succeeded"),
+            started,
         );
         true
     }

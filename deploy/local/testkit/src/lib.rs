@@ -41,6 +41,7 @@ pub enum Error {
 pub struct Fleet {
     dir: PathBuf,
     members: usize,
+    port_base: u16,
 }
 
 static FLEET: OnceLock<Result<Fleet, String>> = OnceLock::new();
@@ -96,12 +97,29 @@ impl Fleet {
     fn at(dir: PathBuf) -> Result<Fleet, Error> {
         let env = std::fs::read_to_string(dir.join("fleet.env"))
             .map_err(|e| Error::Fleet(format!("{}: {e}", dir.join("fleet.env").display())))?;
-        let members = env
-            .lines()
-            .find_map(|l| l.strip_prefix("FLEET_MEMBERS="))
-            .and_then(|v| v.trim().parse().ok())
-            .ok_or_else(|| Error::Fleet(format!("{} names no FLEET_MEMBERS", dir.display())))?;
-        Ok(Fleet { dir, members })
+        let setting = |key: &str| {
+            env.lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+                .map(|v| v.trim().to_string())
+                .ok_or_else(|| {
+                    Error::Fleet(format!(
+                        "{} names no {key}",
+                        dir.join("fleet.env").display()
+                    ))
+                })
+        };
+        let number = |key: &str| -> Result<u16, Error> {
+            setting(key)?
+                .parse()
+                .map_err(|_| Error::Fleet(format!("{key} in fleet.env is not a number")))
+        };
+        let members = number("FLEET_MEMBERS")? as usize;
+        let port_base = number("FLEET_PORT_BASE")?;
+        Ok(Fleet {
+            dir,
+            members,
+            port_base,
+        })
     }
 
     /// The fleet's state directory.
@@ -112,6 +130,11 @@ impl Fleet {
     /// How many member clusters the fleet has (`member-1` … `member-N`).
     pub fn member_count(&self) -> usize {
         self.members
+    }
+
+    /// Where the fleet's hub serves `/healthz`, `/readyz` and `/metrics`.
+    pub fn hub_health_addr(&self) -> std::net::SocketAddr {
+        ([127, 0, 0, 1], self.port_base + 100).into()
     }
 
     /// The admin kubeconfig of cluster `name` (`hub` or `member-<i>`).
