@@ -5,6 +5,7 @@
 // the repeated key as a duplicated attribute.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod applied_work;
 pub mod approval;
 pub mod binding;
 pub mod concurrency;
@@ -48,4 +49,10 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         UpdateRun::crd(),
         ApprovalRequest::crd(),
     ]
+}
+
+/// The CustomResourceDefinitions a member cluster needs (installed there by the member agent),
+/// in a stable order. Not part of [`all_crds`], which is what the hub installs.
+pub fn member_crds() -> Vec<CustomResourceDefinition> {
+    vec![applied_work::AppliedWork::crd()]
 }

@@ -182,11 +182,9 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
     }
 
     // Roll the member's report up into the binding.
-    let work_status: WorkStatus = works
-        .get_opt(&work_name)
-        .await?
-        .and_then(|w| w.status)
-        .unwrap_or_default();
+    let work = works.get_opt(&work_name).await?;
+    let work_generation = work.as_ref().and_then(|w| w.metadata.generation);
+    let work_status: WorkStatus = work.and_then(|w| w.status).unwrap_or_default();
     let now = ctx.clock.now();
     let generation = binding.metadata.generation;
     let mut status = binding.status.clone().unwrap_or_default();
@@ -202,7 +200,11 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
         now,
     );
     for type_ in [APPLIED, AVAILABLE] {
-        let new = match find(&work_status.conditions, type_) {
+        // Only a report on the Work as it is now counts: right after a new snapshot, the
+        // member's last report still describes the previous one.
+        let current = find(&work_status.conditions, type_)
+            .filter(|c| c.observed_generation == work_generation);
+        let new = match current {
             Some(c) => NewCondition {
                 type_,
                 status: if c.status == TRUE { TRUE } else { FALSE },

@@ -1,15 +1,17 @@
-//! The fleethub member agent. For now it connects to its member cluster and to the hub, checks
-//! that the hub serves the Work API, and serves `/healthz`, `/readyz` and `/metrics` until
-//! SIGTERM; joining, heartbeats and applying Works are added on this skeleton.
+//! The fleethub member agent binary: parses flags, connects to the hub and the member cluster,
+//! serves `/healthz`, `/readyz` and `/metrics`, and runs the agent until SIGTERM.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use fleethub_member_agent::{Agent, AgentConfig, clock, metrics, readiness};
 use fleethub_runtime::logging;
 use fleethub_runtime::process::{ProcessArgs, register_build_info};
-use fleethub_runtime::{Health, kubeconfig, probe};
+use fleethub_runtime::{Health, kubeconfig};
 use prometheus_client::registry::Registry;
 
 /// The fleethub member agent.
@@ -25,8 +27,22 @@ struct Args {
     /// Kubeconfig of the member cluster (default: in-cluster configuration, then $KUBECONFIG).
     #[arg(long, env = "FLEETHUB_MEMBER_KUBECONFIG")]
     member_kubeconfig: Option<PathBuf>,
+    /// Heartbeat period in seconds, overriding the MemberCluster's `heartbeatPeriodSeconds`.
+    #[arg(long, env = "FLEETHUB_HEARTBEAT_PERIOD_SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    heartbeat_period_seconds: Option<u64>,
+    /// How often every Work is applied again when nothing changed, to correct drift (e.g. 5m).
+    #[arg(long, env = "FLEETHUB_RESYNC_PERIOD", value_parser = parse_duration, default_value = "5m")]
+    resync_period: Duration,
     #[command(flatten)]
     process: ProcessArgs,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    match fleethub_crds::duration::parse(s) {
+        Ok(d) if d.is_zero() => Err("must be longer than 0s".into()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 #[tokio::main]
@@ -57,26 +73,29 @@ async fn main() -> anyhow::Result<()> {
         "Build information of the running member agent",
         &[("member", args.member_name.as_str())],
     );
-    let health = Health::new(registry, &["hub-api", "member-api"]);
+    let metrics = metrics::Metrics::register(&mut registry);
+    let health = Health::new(registry, readiness::ALL);
     let server = tokio::spawn(fleethub_runtime::serve(
         args.process.listen,
         health.router(),
         shutdown.clone(),
     ));
 
-    let gv = format!("{}/{}", fleethub_crds::GROUP, fleethub_crds::VERSION);
-    let hub_probe = probe::until_ready(&health, "hub-api", &shutdown, || {
-        probe::api_server(&hub, Some((&gv, &["Work", "MemberCluster"])))
-    });
-    let member_probe = probe::until_ready(&health, "member-api", &shutdown, || {
-        probe::api_server(&member, None)
-    });
-    let (hub_version, member_version) = tokio::join!(hub_probe, member_probe);
-    if let (Some(hub_version), Some(member_version)) = (hub_version, member_version) {
-        tracing::info!(member = %args.member_name, %hub_version, %member_version, "connected to the hub and the member cluster");
-    }
-
-    shutdown.cancelled().await;
+    let agent = Agent {
+        config: AgentConfig {
+            member_name: args.member_name.clone(),
+            heartbeat_period: args.heartbeat_period_seconds.map(Duration::from_secs),
+            resync_period: args.resync_period,
+        },
+        hub,
+        member,
+        health,
+        metrics,
+        clock: Arc::new(clock::SystemClock),
+    };
+    agent.run(shutdown.clone()).await;
+    // The agent returns on shutdown; make sure the server stops too.
+    shutdown.cancel();
     server.await.context("health server task")??;
     tracing::info!(member = %args.member_name, "stopped");
     Ok(())

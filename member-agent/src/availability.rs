@@ -1,0 +1,568 @@
+//! When an applied object counts as available, and what the Work's `Available` condition says.
+//!
+//! A workload is available only when it runs the new template and is ready (the rule of
+//! `reference/auto-update-circuit-breaker.txt`, made stricter: no old replicas left either):
+//! - Deployment: its controller observed the current generation; updated, ready and available
+//!   replicas all equal `spec.replicas` (default 1); and no old replicas remain
+//!   (`status.replicas == spec.replicas`);
+//! - StatefulSet: current generation observed, `currentRevision == updateRevision`, every replica
+//!   ready;
+//! - DaemonSet: current generation observed; updated and available pods equal the desired count;
+//! - Job: condition `Complete=True`.
+//!
+//! Every other kind (ConfigMap, Secret, Service, Namespace, RBAC, …) is available once applied.
+//! Pure functions over the objects as JSON, so the API server's answer is used as is.
+
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use serde_json::Value;
+
+use fleethub_crds::conditions;
+
+/// Reason of `Available=True`.
+pub const REASON_AVAILABLE: &str = "WorkloadsAvailable";
+/// Reason of `Available=False` while workloads are still becoming ready.
+pub const REASON_NOT_READY: &str = "WorkloadsNotReady";
+/// Reason of `Available=False` once the health timeout has passed.
+pub const REASON_HEALTH_TIMEOUT: &str = "HealthTimeout";
+/// The health timeout when a Work names none.
+pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// How many not-ready objects the Work's condition names before summarizing the rest.
+const NAMED_IN_MESSAGE: usize = 3;
+
+/// Whether one applied object is available.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    /// Available.
+    Ready,
+    /// Not yet: what is missing, naming the object (e.g. `deployment app/web: 1/3 replicas ready`).
+    NotReady(String),
+}
+
+/// The readiness of `object` (a full object as the API server returns it).
+pub fn readiness(object: &Value) -> Readiness {
+    let group = object["apiVersion"]
+        .as_str()
+        .and_then(|v| v.split_once('/'))
+        .map_or("", |(g, _)| g);
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let check = match (group, kind) {
+        ("apps", "Deployment") => deployment,
+        ("apps", "StatefulSet") => stateful_set,
+        ("apps", "DaemonSet") => daemon_set,
+        ("batch", "Job") => job,
+        _ => return Readiness::Ready,
+    };
+    let label = format!("{} {}", kind.to_lowercase(), display_name(object));
+    match check(object) {
+        None => Readiness::Ready,
+        Some(missing) => Readiness::NotReady(format!("{label}: {missing}")),
+    }
+}
+
+/// `namespace/name`, or `name` for cluster-scoped objects.
+fn display_name(object: &Value) -> String {
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    match object["metadata"]["namespace"].as_str() {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_string(),
+    }
+}
+
+fn int(value: &Value) -> Option<i64> {
+    value.as_i64()
+}
+
+/// `None` when the object's controller has seen its current spec, else what is missing.
+fn generation_not_observed(object: &Value) -> Option<String> {
+    let generation = int(&object["metadata"]["generation"]).unwrap_or(0);
+    match int(&object["status"]["observedGeneration"]) {
+        Some(observed) if observed >= generation => None,
+        Some(observed) => Some(format!(
+            "its controller has not yet observed generation {generation} (observed {observed})"
+        )),
+        None => Some(format!(
+            "its controller has not yet observed generation {generation}"
+        )),
+    }
+}
+
+fn deployment(d: &Value) -> Option<String> {
+    if let Some(missing) = generation_not_observed(d) {
+        return Some(missing);
+    }
+    let desired = int(&d["spec"]["replicas"]).unwrap_or(1);
+    let status = &d["status"];
+    let count = |field: &str| int(&status[field]).unwrap_or(0);
+    for (field, what) in [
+        ("updatedReplicas", "updated"),
+        ("readyReplicas", "ready"),
+        ("availableReplicas", "available"),
+    ] {
+        if count(field) != desired {
+            return Some(format!("{}/{desired} replicas {what}", count(field)));
+        }
+    }
+    let running = count("replicas");
+    (running != desired).then(|| {
+        format!(
+            "{running} replicas exist where {desired} are wanted (old replicas are still running)"
+        )
+    })
+}
+
+fn stateful_set(s: &Value) -> Option<String> {
+    if let Some(missing) = generation_not_observed(s) {
+        return Some(missing);
+    }
+    let desired = int(&s["spec"]["replicas"]).unwrap_or(1);
+    let status = &s["status"];
+    let count = |field: &str| int(&status[field]).unwrap_or(0);
+    if status["currentRevision"] != status["updateRevision"] {
+        return Some(format!(
+            "rolling out revision {} ({}/{desired} replicas updated)",
+            status["updateRevision"].as_str().unwrap_or("?"),
+            count("updatedReplicas")
+        ));
+    }
+    (count("readyReplicas") != desired)
+        .then(|| format!("{}/{desired} replicas ready", count("readyReplicas")))
+}
+
+fn daemon_set(d: &Value) -> Option<String> {
+    if let Some(missing) = generation_not_observed(d) {
+        return Some(missing);
+    }
+    let status = &d["status"];
+    let count = |field: &str| int(&status[field]).unwrap_or(0);
+    let desired = count("desiredNumberScheduled");
+    for (field, what) in [
+        ("updatedNumberScheduled", "updated"),
+        ("numberAvailable", "available"),
+    ] {
+        if count(field) != desired {
+            return Some(format!("{}/{desired} pods {what}", count(field)));
+        }
+    }
+    None
+}
+
+fn job(j: &Value) -> Option<String> {
+    let conds = j["status"]["conditions"].as_array();
+    let find = |type_: &str| {
+        conds
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == type_ && c["status"] == conditions::TRUE)
+    };
+    if find("Complete").is_some() {
+        return None;
+    }
+    if let Some(failed) = find("Failed") {
+        return Some(format!(
+            "failed ({}): {}",
+            failed["reason"].as_str().unwrap_or("Failed"),
+            failed["message"].as_str().unwrap_or("no message")
+        ));
+    }
+    let completions = int(&j["spec"]["completions"]).unwrap_or(1);
+    let succeeded = int(&j["status"]["succeeded"]).unwrap_or(0);
+    Some(format!(
+        "not complete yet ({succeeded}/{completions} pods succeeded)"
+    ))
+}
+
+/// The Work's `Available` condition, as decided by [`verdict`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// `True` or `False`.
+    pub status: &'static str,
+    /// [`REASON_AVAILABLE`], [`REASON_NOT_READY`] or [`REASON_HEALTH_TIMEOUT`].
+    pub reason: &'static str,
+    /// A sentence naming what is not ready.
+    pub message: String,
+    /// When to look again even if nothing changes: the health deadline, while before it.
+    pub recheck_after: Option<Duration>,
+}
+
+/// The Work's availability: `not_ready` are the messages of its objects that are not available
+/// (of `manifests` in all); `applied_at` is when this generation of the Work was applied.
+pub fn verdict(
+    not_ready: &[String],
+    manifests: usize,
+    snapshot_index: i64,
+    applied_at: Timestamp,
+    health_timeout: Duration,
+    now: Timestamp,
+) -> Verdict {
+    if not_ready.is_empty() {
+        return Verdict {
+            status: conditions::TRUE,
+            reason: REASON_AVAILABLE,
+            message: format!(
+                "all {manifests} manifests of resource snapshot {snapshot_index} are available"
+            ),
+            recheck_after: None,
+        };
+    }
+    let mut summary = not_ready
+        .iter()
+        .take(NAMED_IN_MESSAGE)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ");
+    if not_ready.len() > NAMED_IN_MESSAGE {
+        summary.push_str(&format!(
+            "; and {} more",
+            not_ready.len() - NAMED_IN_MESSAGE
+        ));
+    }
+    let timeout = SignedDuration::try_from(health_timeout).unwrap_or(SignedDuration::MAX);
+    let remaining = timeout.saturating_sub(now.duration_since(applied_at));
+    if remaining.is_positive() {
+        Verdict {
+            status: conditions::FALSE,
+            reason: REASON_NOT_READY,
+            message: summary,
+            recheck_after: Some(remaining.unsigned_abs()),
+        }
+    } else {
+        Verdict {
+            status: conditions::FALSE,
+            reason: REASON_HEALTH_TIMEOUT,
+            message: format!(
+                "not available within the health timeout of {} after resource snapshot {snapshot_index} was applied: {summary}",
+                fleethub_crds::duration::format(health_timeout)
+            ),
+            recheck_after: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deploy(generation: i64, replicas: Option<i64>, status: Value) -> Value {
+        let mut spec = json!({});
+        if let Some(r) = replicas {
+            spec["replicas"] = json!(r);
+        }
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": "web", "namespace": "app", "generation": generation},
+               "spec": spec, "status": status})
+    }
+
+    fn not_ready(msg: &str) -> Readiness {
+        Readiness::NotReady(msg.to_string())
+    }
+
+    #[test]
+    fn deployments() {
+        let full = |n: i64| {
+            json!({"observedGeneration": 2, "replicas": n, "updatedReplicas": n,
+                   "readyReplicas": n, "availableReplicas": n})
+        };
+        let cases = [
+            ("ready", deploy(2, Some(3), full(3)), Readiness::Ready),
+            (
+                "replicas default to 1",
+                deploy(2, None, full(1)),
+                Readiness::Ready,
+            ),
+            (
+                "scaled to zero",
+                deploy(2, Some(0), json!({"observedGeneration": 2})),
+                Readiness::Ready,
+            ),
+            (
+                "new generation not observed",
+                deploy(3, Some(3), full(3)),
+                not_ready(
+                    "deployment app/web: its controller has not yet observed generation 3 (observed 2)",
+                ),
+            ),
+            (
+                "no status yet",
+                deploy(1, Some(3), json!(null)),
+                not_ready("deployment app/web: its controller has not yet observed generation 1"),
+            ),
+            (
+                "rolling out",
+                deploy(
+                    2,
+                    Some(3),
+                    json!({"observedGeneration": 2, "replicas": 4, "updatedReplicas": 1,
+                                          "readyReplicas": 3, "availableReplicas": 3}),
+                ),
+                not_ready("deployment app/web: 1/3 replicas updated"),
+            ),
+            (
+                "new pods unready",
+                deploy(
+                    2,
+                    Some(3),
+                    json!({"observedGeneration": 2, "replicas": 3, "updatedReplicas": 3,
+                                          "readyReplicas": 1, "availableReplicas": 1}),
+                ),
+                not_ready("deployment app/web: 1/3 replicas ready"),
+            ),
+            (
+                "no pod ready (status fields absent)",
+                deploy(
+                    2,
+                    Some(2),
+                    json!({"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2}),
+                ),
+                not_ready("deployment app/web: 0/2 replicas ready"),
+            ),
+            (
+                "ready but not yet available (minReadySeconds)",
+                deploy(
+                    2,
+                    Some(3),
+                    json!({"observedGeneration": 2, "replicas": 3, "updatedReplicas": 3,
+                                          "readyReplicas": 3, "availableReplicas": 2}),
+                ),
+                not_ready("deployment app/web: 2/3 replicas available"),
+            ),
+            (
+                "old replicas still terminating",
+                deploy(
+                    2,
+                    Some(3),
+                    json!({"observedGeneration": 2, "replicas": 4, "updatedReplicas": 3,
+                                          "readyReplicas": 3, "availableReplicas": 3}),
+                ),
+                not_ready(
+                    "deployment app/web: 4 replicas exist where 3 are wanted (old replicas are still running)",
+                ),
+            ),
+        ];
+        for (what, object, want) in cases {
+            assert_eq!(readiness(&object), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn stateful_sets() {
+        let sts = |status: Value| {
+            json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                   "metadata": {"name": "db", "namespace": "app", "generation": 4},
+                   "spec": {"replicas": 3}, "status": status})
+        };
+        let cases = [
+            (
+                "ready",
+                sts(
+                    json!({"observedGeneration": 4, "currentRevision": "db-2", "updateRevision": "db-2", "readyReplicas": 3}),
+                ),
+                Readiness::Ready,
+            ),
+            (
+                "stale generation",
+                sts(
+                    json!({"observedGeneration": 3, "currentRevision": "db-2", "updateRevision": "db-2", "readyReplicas": 3}),
+                ),
+                not_ready(
+                    "statefulset app/db: its controller has not yet observed generation 4 (observed 3)",
+                ),
+            ),
+            (
+                "rolling out",
+                sts(
+                    json!({"observedGeneration": 4, "currentRevision": "db-1", "updateRevision": "db-2",
+                           "updatedReplicas": 1, "readyReplicas": 3}),
+                ),
+                not_ready("statefulset app/db: rolling out revision db-2 (1/3 replicas updated)"),
+            ),
+            (
+                "not ready",
+                sts(
+                    json!({"observedGeneration": 4, "currentRevision": "db-2", "updateRevision": "db-2", "readyReplicas": 2}),
+                ),
+                not_ready("statefulset app/db: 2/3 replicas ready"),
+            ),
+        ];
+        for (what, object, want) in cases {
+            assert_eq!(readiness(&object), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn daemon_sets() {
+        let ds = |status: Value| {
+            json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+                   "metadata": {"name": "agent", "namespace": "kube-system", "generation": 1},
+                   "status": status})
+        };
+        let cases = [
+            (
+                "ready",
+                ds(
+                    json!({"observedGeneration": 1, "desiredNumberScheduled": 3, "updatedNumberScheduled": 3, "numberAvailable": 3}),
+                ),
+                Readiness::Ready,
+            ),
+            (
+                "no nodes",
+                ds(json!({"observedGeneration": 1, "desiredNumberScheduled": 0})),
+                Readiness::Ready,
+            ),
+            (
+                "not updated",
+                ds(
+                    json!({"observedGeneration": 1, "desiredNumberScheduled": 3, "updatedNumberScheduled": 2, "numberAvailable": 3}),
+                ),
+                not_ready("daemonset kube-system/agent: 2/3 pods updated"),
+            ),
+            (
+                "not available",
+                ds(
+                    json!({"observedGeneration": 1, "desiredNumberScheduled": 3, "updatedNumberScheduled": 3, "numberAvailable": 1}),
+                ),
+                not_ready("daemonset kube-system/agent: 1/3 pods available"),
+            ),
+            (
+                "not observed",
+                ds(json!({})),
+                not_ready(
+                    "daemonset kube-system/agent: its controller has not yet observed generation 1",
+                ),
+            ),
+        ];
+        for (what, object, want) in cases {
+            assert_eq!(readiness(&object), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn jobs() {
+        let job = |spec: Value, status: Value| {
+            json!({"apiVersion": "batch/v1", "kind": "Job",
+                   "metadata": {"name": "migrate", "namespace": "app", "generation": 1},
+                   "spec": spec, "status": status})
+        };
+        let cases = [
+            (
+                "complete",
+                job(
+                    json!({}),
+                    json!({"succeeded": 1, "conditions": [
+                    {"type": "SuccessCriteriaMet", "status": "True"}, {"type": "Complete", "status": "True"}]}),
+                ),
+                Readiness::Ready,
+            ),
+            (
+                "running",
+                job(json!({"completions": 3}), json!({"succeeded": 1})),
+                not_ready("job app/migrate: not complete yet (1/3 pods succeeded)"),
+            ),
+            (
+                "complete=False does not count",
+                job(
+                    json!({}),
+                    json!({"conditions": [{"type": "Complete", "status": "False"}]}),
+                ),
+                not_ready("job app/migrate: not complete yet (0/1 pods succeeded)"),
+            ),
+            (
+                "failed",
+                job(
+                    json!({}),
+                    json!({"conditions": [{"type": "Failed", "status": "True",
+                    "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}]}),
+                ),
+                not_ready(
+                    "job app/migrate: failed (BackoffLimitExceeded): Job has reached the specified backoff limit",
+                ),
+            ),
+        ];
+        for (what, object, want) in cases {
+            assert_eq!(readiness(&object), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn other_kinds_are_available_once_applied() {
+        for (api_version, kind) in [
+            ("v1", "ConfigMap"),
+            ("v1", "Secret"),
+            ("v1", "Service"),
+            ("v1", "Namespace"),
+            ("v1", "ServiceAccount"),
+            ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+            ("example.com/v1", "Deployment"),
+            ("v1", "Job"),
+        ] {
+            let object =
+                json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "x"}});
+            assert_eq!(readiness(&object), Readiness::Ready, "{api_version} {kind}");
+        }
+    }
+
+    fn ts(secs: i64) -> Timestamp {
+        Timestamp::from_second(secs).unwrap()
+    }
+
+    #[test]
+    fn verdict_available_not_ready_and_timed_out() {
+        let timeout = Duration::from_secs(10);
+        let msgs = vec!["deployment app/web: 0/2 replicas ready".to_string()];
+        let applied = ts(1_000);
+
+        let v = verdict(&[], 3, 2, applied, timeout, ts(1_001));
+        assert_eq!(
+            (v.status, v.reason, v.message.as_str(), v.recheck_after),
+            (
+                "True",
+                REASON_AVAILABLE,
+                "all 3 manifests of resource snapshot 2 are available",
+                None
+            )
+        );
+
+        let v = verdict(&msgs, 3, 2, applied, timeout, ts(1_004));
+        assert_eq!(
+            (v.status, v.reason, v.message.as_str(), v.recheck_after),
+            (
+                "False",
+                REASON_NOT_READY,
+                "deployment app/web: 0/2 replicas ready",
+                Some(Duration::from_secs(6))
+            )
+        );
+
+        // The deadline itself counts as timed out.
+        for now in [ts(1_010), ts(5_000)] {
+            let v = verdict(&msgs, 3, 2, applied, timeout, now);
+            assert_eq!(
+                (v.status, v.reason, v.message.as_str(), v.recheck_after),
+                (
+                    "False",
+                    REASON_HEALTH_TIMEOUT,
+                    "not available within the health timeout of 10s after resource snapshot 2 was applied: deployment app/web: 0/2 replicas ready",
+                    None
+                )
+            );
+        }
+
+        // A clock behind the apply time (skew) never times out early.
+        let v = verdict(&msgs, 3, 2, applied, timeout, ts(990));
+        assert_eq!(v.recheck_after, Some(Duration::from_secs(20)));
+    }
+
+    #[test]
+    fn verdict_names_a_few_objects_and_counts_the_rest() {
+        let msgs: Vec<String> = (1..=5)
+            .map(|i| format!("deployment app/w{i}: 0/1 replicas ready"))
+            .collect();
+        let v = verdict(&msgs, 5, 0, ts(0), DEFAULT_HEALTH_TIMEOUT, ts(1));
+        assert_eq!(
+            v.message,
+            "deployment app/w1: 0/1 replicas ready; deployment app/w2: 0/1 replicas ready; deployment app/w3: 0/1 replicas ready; and 2 more"
+        );
+    }
+}

@@ -1,0 +1,329 @@
+//! Joining the hub and heartbeating: every heartbeat period the agent writes its MemberCluster's
+//! status (server-side apply, status subresource): `Joined=True`, the heartbeat time, its own and
+//! the member's Kubernetes version, the node count and the nodes' summed allocatable resources.
+//! It never writes `Healthy` (the hub judges heartbeat freshness) and never creates the
+//! MemberCluster: while it does not exist, the agent is not ready and retries with backoff.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleethub_crds::MemberCluster;
+use fleethub_crds::conditions::{self, NewCondition, set_condition};
+use fleethub_crds::member_cluster::{JOINED, MemberClusterSpec, MemberClusterStatus};
+use fleethub_runtime::Health;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, Client, Resource};
+use serde_json::json;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
+use crate::metrics::Metrics;
+use crate::{AGENT_VERSION, Error, FIELD_MANAGER, backoff, quantity, readiness};
+
+/// Reason of the `Joined=True` condition the agent writes.
+pub const REASON_JOINED: &str = "AgentJoined";
+/// The heartbeat period when the MemberCluster names none.
+pub const DEFAULT_PERIOD: Duration = Duration::from_secs(15);
+/// The allocatable resources summed into the MemberCluster's status.
+const SUMMED_RESOURCES: [&str; 3] = ["cpu", "memory", "pods"];
+
+/// What the agent saw of its member cluster for one heartbeat.
+#[derive(Debug, Clone, Default)]
+pub struct Observation {
+    /// The member API server's version (`/version` gitVersion).
+    pub kubernetes_version: String,
+    /// The member's nodes.
+    pub nodes: Vec<Node>,
+}
+
+/// The status fields the agent owns on its MemberCluster, given the `previous` status (whose
+/// `Joined` transition time is kept) and the MemberCluster's `generation`.
+pub fn status(
+    previous: Option<&MemberClusterStatus>,
+    generation: Option<i64>,
+    observation: &Observation,
+    now: Timestamp,
+) -> MemberClusterStatus {
+    // Only `Joined` is ours: the hub's `Healthy` stays out of what the agent applies.
+    let mut conds: Vec<_> = previous
+        .and_then(|s| conditions::find(&s.conditions, JOINED))
+        .cloned()
+        .into_iter()
+        .collect();
+    set_condition(
+        &mut conds,
+        NewCondition {
+            type_: JOINED,
+            status: conditions::TRUE,
+            reason: REASON_JOINED,
+            message: format!("member agent {AGENT_VERSION} has joined and reports a heartbeat"),
+            observed_generation: generation,
+        },
+        now,
+    );
+    MemberClusterStatus {
+        conditions: conds,
+        last_heartbeat_time: Some(Time(now)),
+        agent_version: Some(AGENT_VERSION.to_string()),
+        kubernetes_version: Some(observation.kubernetes_version.clone()),
+        node_count: Some(i32::try_from(observation.nodes.len()).unwrap_or(i32::MAX)),
+        allocatable: allocatable(&observation.nodes),
+    }
+}
+
+/// The sum of the nodes' allocatable cpu, memory and pods, as Kubernetes quantities. A resource
+/// no node reports is left out; one whose quantities cannot be summed is left out and logged.
+pub fn allocatable(nodes: &[Node]) -> BTreeMap<String, String> {
+    let mut sums = BTreeMap::new();
+    for resource in SUMMED_RESOURCES {
+        let values: Vec<&str> = nodes
+            .iter()
+            .filter_map(|n| n.status.as_ref()?.allocatable.as_ref()?.get(resource))
+            .map(|q| q.0.as_str())
+            .collect();
+        if values.is_empty() {
+            continue;
+        }
+        match quantity::sum(values) {
+            Ok(total) => {
+                sums.insert(resource.to_string(), total);
+            }
+            Err(e) => tracing::warn!(resource, error = %e, "cannot sum the nodes' allocatable"),
+        }
+    }
+    sums
+}
+
+/// How long to wait between heartbeats: the flag's override, else the MemberCluster's
+/// `heartbeatPeriodSeconds`, else [`DEFAULT_PERIOD`].
+pub fn period(spec: &MemberClusterSpec, override_period: Option<Duration>) -> Duration {
+    override_period
+        .or_else(|| {
+            spec.heartbeat_period_seconds
+                .and_then(|s| u64::try_from(s).ok())
+                .filter(|s| *s > 0)
+                .map(Duration::from_secs)
+        })
+        .unwrap_or(DEFAULT_PERIOD)
+}
+
+/// Writes the heartbeats of one member.
+pub struct Heartbeat {
+    /// Client of the hub.
+    pub hub: Client,
+    /// Client of the member cluster.
+    pub member: Client,
+    /// The MemberCluster the agent acts for.
+    pub member_name: String,
+    /// A fixed period instead of the MemberCluster's.
+    pub period_override: Option<Duration>,
+    /// The time source.
+    pub clock: Arc<dyn Clock>,
+    /// Where heartbeats are counted.
+    pub metrics: Metrics,
+}
+
+impl Heartbeat {
+    /// Writes one heartbeat; returns the period until the next one.
+    pub async fn beat(&self) -> Result<Duration, Error> {
+        let name = &self.member_name;
+        let api: Api<MemberCluster> = Api::all(self.hub.clone());
+        let missing = || Error::MemberClusterMissing(name.clone());
+        let mc = api
+            .get_opt(name)
+            .await
+            .map_err(Error::hub(format!("reading MemberCluster {name}")))?
+            .ok_or_else(missing)?;
+        let version = self
+            .member
+            .apiserver_version()
+            .await
+            .map_err(Error::member("reading the API server version"))?;
+        let nodes = Api::<Node>::all(self.member.clone())
+            .list(&ListParams::default())
+            .await
+            .map_err(Error::member("listing nodes"))?;
+        let observation = Observation {
+            kubernetes_version: version.git_version,
+            nodes: nodes.items,
+        };
+        let now = self.clock.now();
+        let status = status(
+            mc.status.as_ref(),
+            mc.metadata.generation,
+            &observation,
+            now,
+        );
+        let patch = json!({
+            "apiVersion": MemberCluster::api_version(&()),
+            "kind": MemberCluster::kind(&()),
+            "metadata": {"name": name},
+            "status": status,
+        });
+        api.patch_status(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(|e| {
+            if crate::error::is_not_found(&e) {
+                missing()
+            } else {
+                Error::hub(format!("writing the status of MemberCluster {name}"))(e)
+            }
+        })?;
+        self.metrics.heartbeat(true, now);
+        tracing::debug!(member = %name, nodes = status.node_count, "heartbeat written");
+        Ok(period(&mc.spec, self.period_override))
+    }
+
+    /// Heartbeats until `shutdown`, recording the outcome as readiness check
+    /// [`readiness::MEMBER_CLUSTER`]. `joined` fires after the first heartbeat that succeeded.
+    pub async fn run(
+        self,
+        health: Health,
+        shutdown: CancellationToken,
+        joined: oneshot::Sender<()>,
+    ) {
+        let mut joined = Some(joined);
+        let mut failures: u32 = 0;
+        loop {
+            let wait = match self.beat().await {
+                Ok(period) => {
+                    if let Some(tx) = joined.take() {
+                        tracing::info!(member = %self.member_name, ?period, "joined the hub");
+                        let _ = tx.send(());
+                    } else if failures > 0 {
+                        tracing::info!(member = %self.member_name, "heartbeats succeed again");
+                    }
+                    failures = 0;
+                    health.set(readiness::MEMBER_CLUSTER, Ok(()));
+                    period
+                }
+                Err(e) => {
+                    let retry_in =
+                        backoff::delay(failures, Duration::from_secs(1), Duration::from_secs(30));
+                    failures = failures.saturating_add(1);
+                    self.metrics.heartbeat(false, self.clock.now());
+                    tracing::warn!(member = %self.member_name, error = %e, ?retry_in, "heartbeat failed");
+                    health.set(readiness::MEMBER_CLUSTER, Err(e.to_string()));
+                    retry_in
+                }
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::NodeStatus;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+    fn node(cpu: &str, memory: &str, pods: &str) -> Node {
+        Node {
+            status: Some(NodeStatus {
+                allocatable: Some(BTreeMap::from([
+                    ("cpu".to_string(), Quantity(cpu.into())),
+                    ("memory".to_string(), Quantity(memory.into())),
+                    ("pods".to_string(), Quantity(pods.into())),
+                    ("ephemeral-storage".to_string(), Quantity("10Gi".into())),
+                ])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn ts(secs: i64) -> Timestamp {
+        Timestamp::from_second(secs).unwrap()
+    }
+
+    #[test]
+    fn sums_allocatable_cpu_memory_and_pods() {
+        let nodes = [
+            node("8", "32Gi", "110"),
+            node("7500m", "16Gi", "110"),
+            Node::default(),
+        ];
+        assert_eq!(
+            allocatable(&nodes),
+            BTreeMap::from([
+                ("cpu".to_string(), "15500m".to_string()),
+                ("memory".to_string(), "48Gi".to_string()),
+                ("pods".to_string(), "220".to_string()),
+            ])
+        );
+        assert!(allocatable(&[]).is_empty());
+        // An unparsable quantity leaves that resource out, not the others.
+        let sums = allocatable(&[node("lots", "1Gi", "1")]);
+        assert_eq!(sums.get("cpu"), None);
+        assert_eq!(sums.get("memory").map(String::as_str), Some("1Gi"));
+    }
+
+    #[test]
+    fn status_is_joined_with_the_observation_and_leaves_healthy_to_the_hub() {
+        let observation = Observation {
+            kubernetes_version: "v1.33.13".into(),
+            nodes: vec![node("8", "32Gi", "110"); 3],
+        };
+        let s = status(None, Some(2), &observation, ts(100));
+        assert_eq!(s.conditions.len(), 1);
+        let joined = &s.conditions[0];
+        assert_eq!(
+            (
+                joined.type_.as_str(),
+                joined.status.as_str(),
+                joined.reason.as_str()
+            ),
+            ("Joined", "True", REASON_JOINED)
+        );
+        assert_eq!(joined.observed_generation, Some(2));
+        assert_eq!(s.last_heartbeat_time, Some(Time(ts(100))));
+        assert_eq!(s.agent_version.as_deref(), Some(AGENT_VERSION));
+        assert_eq!(s.kubernetes_version.as_deref(), Some("v1.33.13"));
+        assert_eq!(s.node_count, Some(3));
+        assert_eq!(s.allocatable["cpu"], "24");
+        assert_eq!(s.allocatable["memory"], "96Gi");
+        assert_eq!(s.allocatable["pods"], "330");
+
+        // The next heartbeat moves the heartbeat time, not the Joined transition time, and does
+        // not copy the hub's Healthy condition.
+        let mut previous = s.clone();
+        previous.conditions.push(Condition {
+            type_: "Healthy".into(),
+            status: "True".into(),
+            reason: "HeartbeatFresh".into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: Time(ts(101)),
+        });
+        let next = status(Some(&previous), Some(2), &observation, ts(115));
+        assert_eq!(next.conditions.len(), 1);
+        assert_eq!(next.conditions[0].last_transition_time, Time(ts(100)));
+        assert_eq!(next.last_heartbeat_time, Some(Time(ts(115))));
+    }
+
+    #[test]
+    fn period_prefers_the_flag_then_the_member_cluster() {
+        let spec = |s| MemberClusterSpec {
+            heartbeat_period_seconds: s,
+        };
+        let secs = Duration::from_secs;
+        assert_eq!(period(&spec(None), None), DEFAULT_PERIOD);
+        assert_eq!(period(&spec(Some(3)), None), secs(3));
+        assert_eq!(period(&spec(Some(3)), Some(secs(1))), secs(1));
+        assert_eq!(period(&spec(Some(0)), None), DEFAULT_PERIOD);
+    }
+}

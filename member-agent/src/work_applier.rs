@@ -1,0 +1,549 @@
+//! Applying Works: a controller over the Works in the hub namespace `fleet-member-<member>`.
+//!
+//! Each reconcile of a Work: read it fresh → (deleted? clean up, see [`cleanup`]) → make sure it
+//! has the agent's finalizer and its AppliedWork → server-side apply every manifest to the member
+//! in dependency order ([`apply_order`]) → delete what left the Work → plan the status
+//! ([`work_status`]) and write it if it changed.
+//!
+//! It runs when the Work changes, when an applied workload (Deployment, StatefulSet, DaemonSet,
+//! Job carrying the placement label) or the Work's AppliedWork changes on the member, at the
+//! health deadline, and every resync period to correct drift.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use fleethub_crds::Work;
+use fleethub_crds::applied_work::{AppliedResource, AppliedWork, WORK_NAMESPACE_LABEL};
+use fleethub_crds::names::PLACEMENT_LABEL;
+use fleethub_crds::work::ManifestIdentifier;
+use fleethub_runtime::Health;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::apply_order::{OrderKey, apply_order};
+use crate::availability::{self, DEFAULT_HEALTH_TIMEOUT};
+use crate::clock::Clock;
+use crate::error::{describe as api_message, is_not_found};
+use crate::kind_resolver::{KindResolver, ResolvedKind};
+use crate::manifest::{self, Decoration, ParsedManifest, WORK_ANNOTATION, describe, owned_by};
+use crate::metrics::Metrics;
+use crate::work_status::{self, ManifestReport, StatusInput};
+use crate::{Error, FIELD_MANAGER, backoff, cleanup, readiness};
+
+/// Everything a Work reconcile needs.
+pub struct Context {
+    /// Client of the hub (Works).
+    pub hub: Client,
+    /// Client of the member cluster (everything applied).
+    pub member: Client,
+    /// The hub namespace of this member's Works.
+    pub namespace: String,
+    /// The time source.
+    pub clock: Arc<dyn Clock>,
+    /// Where applies and errors are counted.
+    pub metrics: Metrics,
+    /// The member's discovery, cached.
+    pub kinds: KindResolver,
+    /// How often every Work is applied again even if nothing changed, to correct drift.
+    pub resync_period: Duration,
+    /// Consecutive failures per Work, for retry backoff only (nothing is decided from it).
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    /// A context for the Works of the hub namespace `namespace`.
+    pub fn new(
+        hub: Client,
+        member: Client,
+        namespace: String,
+        clock: Arc<dyn Clock>,
+        metrics: Metrics,
+        resync_period: Duration,
+    ) -> Self {
+        Self {
+            kinds: KindResolver::new(member.clone()),
+            hub,
+            member,
+            namespace,
+            clock,
+            metrics,
+            resync_period,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Records a failure of `work`; returns how many happened in a row before it.
+    fn failed(&self, work: &str) -> u32 {
+        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = failures.entry(work.to_string()).or_default();
+        let before = *n;
+        *n = n.saturating_add(1);
+        before
+    }
+
+    fn succeeded(&self, work: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(work);
+    }
+}
+
+/// What was applied for one manifest.
+#[derive(Debug, Clone)]
+pub struct AppliedObject {
+    /// The object, as recorded in the AppliedWork.
+    pub resource: AppliedResource,
+    /// The object as the member's API server returned it after the apply.
+    pub object: Value,
+}
+
+/// What happened to one manifest.
+#[derive(Debug, Clone)]
+pub struct ManifestOutcome {
+    /// Which manifest (with the namespace it is applied into, once its kind is known).
+    pub identifier: ManifestIdentifier,
+    /// The applied object, or why it could not be applied (naming the object).
+    pub result: Result<AppliedObject, String>,
+}
+
+/// The Work that applied object `meta` belongs to, if it is one of `namespace`'s.
+fn work_of(meta: &ObjectMeta, namespace: &str) -> Option<ObjectRef<Work>> {
+    let (ns, name) = meta
+        .annotations
+        .as_ref()?
+        .get(WORK_ANNOTATION)?
+        .split_once('/')?;
+    (ns == namespace).then(|| ObjectRef::new(name).within(ns))
+}
+
+/// Runs the Work controller until `shutdown`; marks readiness check
+/// [`readiness::WORKS_SYNCED`] once the Works have been listed.
+pub async fn run(ctx: Arc<Context>, health: Health, shutdown: CancellationToken) {
+    let works: Api<Work> = Api::namespaced(ctx.hub.clone(), &ctx.namespace);
+    let workloads = watcher::Config::default().labels(PLACEMENT_LABEL);
+    let ns = ctx.namespace.clone();
+    let mapper = move |meta: &ObjectMeta| work_of(meta, &ns);
+    let (m1, m2, m3, m4) = (mapper.clone(), mapper.clone(), mapper.clone(), mapper);
+    let member = &ctx.member;
+    let controller = Controller::new(works, watcher::Config::default())
+        .watches(
+            Api::<Deployment>::all(member.clone()),
+            workloads.clone(),
+            move |o| m1(&o.metadata),
+        )
+        .watches(
+            Api::<StatefulSet>::all(member.clone()),
+            workloads.clone(),
+            move |o| m2(&o.metadata),
+        )
+        .watches(
+            Api::<DaemonSet>::all(member.clone()),
+            workloads.clone(),
+            move |o| m3(&o.metadata),
+        )
+        .watches(Api::<Job>::all(member.clone()), workloads, move |o| {
+            m4(&o.metadata)
+        })
+        .watches(
+            Api::<AppliedWork>::all(member.clone()),
+            watcher::Config::default().labels(&format!("{WORK_NAMESPACE_LABEL}={}", ctx.namespace)),
+            |aw| Some(ObjectRef::new(&aw.spec.work_name).within(&aw.spec.work_namespace)),
+        )
+        // Workload status changes come in bursts; one reconcile per burst is enough.
+        .with_config(controller::Config::default().debounce(Duration::from_millis(500)))
+        .graceful_shutdown_on(shutdown.cancelled_owned());
+
+    let store = controller.store();
+    ctx.metrics.count_works_in(store.clone());
+    let synced = tokio::spawn({
+        let health = health.clone();
+        let namespace = ctx.namespace.clone();
+        async move {
+            // Store::wait_until_ready of kube-runtime 5 can miss its wake-up when awaited before
+            // the first list completes (seen on the local fleet); asking again every second
+            // costs nothing (no API call).
+            loop {
+                match tokio::time::timeout(Duration::from_secs(1), store.wait_until_ready()).await {
+                    Ok(Ok(())) => {
+                        tracing::info!(%namespace, works = store.len(), "Work watcher synced");
+                        health.set(readiness::WORKS_SYNCED, Ok(()));
+                        return;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(%namespace, error = %e, "Work watcher stopped before it synced");
+                        return;
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+    });
+
+    controller
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((work, _)) => tracing::debug!(work = %work, "reconciled"),
+                // Logged with the Work's name by `error_policy`.
+                Err(controller::Error::ReconcilerFailed(..)) => {}
+                Err(e) => tracing::warn!(error = %e, "Work controller"),
+            }
+        })
+        .await;
+    synced.abort();
+}
+
+fn error_policy(work: Arc<Work>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = format!("{}/{}", ctx.namespace, work.name_any());
+    ctx.metrics.reconcile_error(error.metric_label());
+    let retry_in = backoff::delay(
+        ctx.failed(&key),
+        Duration::from_secs(1),
+        Duration::from_secs(300),
+    );
+    tracing::warn!(work = %key, error = %error, ?retry_in, "reconcile failed");
+    Action::requeue(retry_in)
+}
+
+async fn reconcile(work: Arc<Work>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let key = format!("{}/{}", ctx.namespace, work.name_any());
+    let span = tracing::info_span!("reconcile", work = %key);
+    async move {
+        // The cache may not hold the agent's last status write yet; the health clock must
+        // start from what is really recorded.
+        let api: Api<Work> = Api::namespaced(ctx.hub.clone(), &ctx.namespace);
+        let Some(work) = api
+            .get_opt(&work.name_any())
+            .await
+            .map_err(Error::hub(format!("reading Work {key}")))?
+        else {
+            return Ok(Action::await_change());
+        };
+        if work.metadata.deletion_timestamp.is_some() {
+            let action = cleanup::finalize(&work, &ctx).await?;
+            ctx.metrics.reconciled(true);
+            return Ok(action);
+        }
+        cleanup::ensure_finalizer(&work, &ctx).await?;
+        let applied_work = cleanup::ensure_applied_work(&work, &ctx).await?;
+        if applied_work.metadata.deletion_timestamp.is_some() {
+            // Someone deleted it; what it owned is being removed. Apply again once it is gone
+            // (its deletion is watched).
+            tracing::info!(applied_work = %applied_work.name_any(), "AppliedWork is being deleted; applying again once it is gone");
+            return Ok(Action::requeue(Duration::from_secs(30)));
+        }
+
+        let outcomes = apply_manifests(&work, &applied_work, &ctx).await;
+        let pruned = cleanup::prune(&applied_work, &outcomes, &ctx).await;
+
+        let reports: Vec<ManifestReport> = outcomes
+            .iter()
+            .map(|o| ManifestReport {
+                identifier: o.identifier.clone(),
+                outcome: o
+                    .result
+                    .as_ref()
+                    .map(|a| availability::readiness(&a.object))
+                    .map_err(Clone::clone),
+            })
+            .collect();
+        let plan = work_status::plan(&StatusInput {
+            previous: work.status.as_ref(),
+            generation: work.metadata.generation,
+            snapshot_index: work.spec.resource_snapshot_index,
+            health_timeout: health_timeout(&work, &key),
+            reports: &reports,
+            now: ctx.clock.now(),
+        });
+        write_status(&work, &plan.status, &ctx).await?;
+        pruned?;
+
+        ctx.metrics.reconciled(true);
+        let next = if plan.applied {
+            ctx.succeeded(&key);
+            plan.recheck_after
+                .map_or(ctx.resync_period, |d| d.min(ctx.resync_period))
+        } else {
+            backoff::delay(
+                ctx.failed(&key),
+                Duration::from_secs(5),
+                Duration::from_secs(300),
+            )
+        };
+        Ok(Action::requeue(next))
+    }
+    .instrument(span)
+    .await
+}
+
+/// The Work's health timeout (its schema admits only valid durations; default 5m).
+fn health_timeout(work: &Work, key: &str) -> Duration {
+    match work.spec.health_timeout.as_deref() {
+        None => DEFAULT_HEALTH_TIMEOUT,
+        Some(s) => fleethub_crds::duration::parse(s).unwrap_or_else(|e| {
+            tracing::warn!(work = %key, error = %e, "invalid healthTimeout; using the default");
+            DEFAULT_HEALTH_TIMEOUT
+        }),
+    }
+}
+
+/// Writes `status` on `work` unless it already has it.
+async fn write_status(
+    work: &Work,
+    status: &fleethub_crds::work::WorkStatus,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let name = work.name_any();
+    let json_of = |s: &fleethub_crds::work::WorkStatus| {
+        serde_json::to_value(s).map_err(|source| Error::Json {
+            what: format!("status of Work {}/{name}", ctx.namespace),
+            source,
+        })
+    };
+    let unchanged = match &work.status {
+        // Compared as JSON, which is what the API server stores (times in whole seconds).
+        Some(current) => json_of(current)? == json_of(status)?,
+        None => false,
+    };
+    if unchanged {
+        return Ok(());
+    }
+    let body = json!({
+        "apiVersion": Work::api_version(&()),
+        "kind": Work::kind(&()),
+        "metadata": {"name": name, "namespace": ctx.namespace},
+        "status": status,
+    });
+    Api::<Work>::namespaced(ctx.hub.clone(), &ctx.namespace)
+        .patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(Error::hub(format!(
+            "writing the status of Work {}/{name}",
+            ctx.namespace
+        )))?;
+    Ok(())
+}
+
+/// Applies every manifest of `work` in dependency order; one outcome per manifest, in the
+/// Work's order.
+async fn apply_manifests(
+    work: &Work,
+    applied_work: &AppliedWork,
+    ctx: &Context,
+) -> Vec<ManifestOutcome> {
+    let key = format!("{}/{}", ctx.namespace, work.name_any());
+    let manifests = &work.spec.workload.manifests;
+    let parsed: Vec<_> = manifests
+        .iter()
+        .enumerate()
+        .map(|(i, m)| manifest::parse(i, m))
+        .collect();
+    // Scope decides the order; a kind not served yet (its CRD is in this Work) is resolved
+    // again when its turn comes, and ordered meanwhile by whether the manifest names a namespace.
+    let mut kinds: Vec<Option<ResolvedKind>> = Vec::with_capacity(parsed.len());
+    for p in &parsed {
+        kinds.push(match p {
+            Ok(m) => ctx.kinds.resolve(&m.gvk()).await.ok().flatten(),
+            Err(_) => None,
+        });
+    }
+    let keys: Vec<OrderKey<'_>> = parsed
+        .iter()
+        .zip(&kinds)
+        .map(|(p, k)| match p {
+            Ok(m) => OrderKey {
+                group: &m.group,
+                kind: &m.kind,
+                namespaced: k.as_ref().map_or(m.namespace.is_some(), |k| k.namespaced),
+            },
+            Err(_) => OrderKey {
+                group: "",
+                kind: "",
+                namespaced: true,
+            },
+        })
+        .collect();
+
+    let target = Target {
+        work: &key,
+        placement: &work.spec.placement_name,
+        applied_work,
+    };
+    let mut outcomes: Vec<Option<ManifestOutcome>> = vec![None; parsed.len()];
+    for i in apply_order(&keys) {
+        outcomes[i] = Some(match &parsed[i] {
+            Err(invalid) => ManifestOutcome {
+                identifier: invalid.identifier.clone(),
+                result: Err(invalid.message.clone()),
+            },
+            Ok(m) => apply_one(m, kinds[i].take(), &target, ctx).await,
+        });
+    }
+    outcomes.into_iter().flatten().collect()
+}
+
+/// Where manifests are applied for.
+struct Target<'a> {
+    /// The Work, `namespace/name`.
+    work: &'a str,
+    /// Its placement.
+    placement: &'a str,
+    /// Its AppliedWork.
+    applied_work: &'a AppliedWork,
+}
+
+/// Applies one manifest; the outcome's error names the object and the API server's message.
+async fn apply_one(
+    m: &ParsedManifest,
+    known: Option<ResolvedKind>,
+    target: &Target<'_>,
+    ctx: &Context,
+) -> ManifestOutcome {
+    let mut identifier = m.identifier();
+    let written = describe(&m.kind, m.namespace.as_deref(), &m.name);
+    let fail = |identifier: ManifestIdentifier, message: String| {
+        tracing::warn!(work = %target.work, object = %written, error = %message, "apply failed");
+        ManifestOutcome {
+            identifier,
+            result: Err(message),
+        }
+    };
+    let kind = match known {
+        Some(k) => k,
+        None => match ctx.kinds.resolve(&m.gvk()).await {
+            Ok(Some(k)) => k,
+            Ok(None) => {
+                let api_version = m.object["apiVersion"].as_str().unwrap_or_default();
+                let message = format!(
+                    "{written}: the member cluster does not serve kind {} in {api_version}",
+                    m.kind
+                );
+                return fail(identifier, message);
+            }
+            Err(e) => return fail(identifier, format!("{written}: {e}")),
+        },
+    };
+    let namespace = kind
+        .namespaced
+        .then(|| m.namespace.clone().unwrap_or_else(|| "default".to_string()));
+    identifier.namespace = namespace.clone();
+    let object = describe(&m.kind, namespace.as_deref(), &m.name);
+    let api: Api<DynamicObject> = match &namespace {
+        Some(ns) => Api::namespaced_with(ctx.member.clone(), ns, &kind.resource),
+        None => Api::all_with(ctx.member.clone(), &kind.resource),
+    };
+
+    let existing = match api.get_opt(&m.name).await {
+        Ok(existing) => existing,
+        Err(e) => return fail(identifier, format!("{object}: {}", api_message(&e))),
+    };
+    let applied_work_name = target.applied_work.name_any();
+    // The agent owns what it creates, and only that: an object that existed before is applied
+    // without an owner reference, so deleting the Work never deletes it.
+    let owner = match &existing {
+        None => manifest::owner_reference(target.applied_work),
+        Some(o) if owned_by(o.owner_references(), &applied_work_name) => {
+            manifest::owner_reference(target.applied_work)
+        }
+        Some(_) => None,
+    };
+    let body = manifest::prepare(
+        &m.object,
+        &Decoration {
+            placement: target.placement,
+            work: target.work,
+            namespace: namespace.as_deref(),
+            owner,
+        },
+    );
+    let started = Instant::now();
+    let result = api
+        .patch(
+            &m.name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await;
+    ctx.metrics
+        .apply(result.is_ok(), started.elapsed().as_secs_f64());
+    let applied = match result {
+        Ok(applied) => applied,
+        Err(e) => {
+            if is_not_found(&e) {
+                // The resource itself may be gone (e.g. its CRD was deleted).
+                ctx.kinds.forget(&m.gvk());
+            }
+            return fail(identifier, format!("{object}: {}", api_message(&e)));
+        }
+    };
+    if existing.is_none() {
+        tracing::info!(work = %target.work, %object, "created");
+    } else {
+        tracing::debug!(work = %target.work, %object, "applied");
+    }
+    let value = match serde_json::to_value(&applied) {
+        Ok(v) => v,
+        Err(source) => {
+            let e = Error::Json {
+                what: object.clone(),
+                source,
+            };
+            return fail(identifier, e.to_string());
+        }
+    };
+    ManifestOutcome {
+        identifier,
+        result: Ok(AppliedObject {
+            resource: AppliedResource {
+                group: m.group.clone(),
+                version: m.version.clone(),
+                kind: m.kind.clone(),
+                resource: kind.resource.plural.clone(),
+                namespace,
+                name: m.name.clone(),
+            },
+            object: value,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn workload_events_map_to_their_work_in_this_namespace_only() {
+        let meta = |annotation: Option<&str>| ObjectMeta {
+            annotations: annotation
+                .map(|a| BTreeMap::from([(WORK_ANNOTATION.to_string(), a.to_string())])),
+            ..Default::default()
+        };
+        assert_eq!(
+            work_of(&meta(Some("fleet-member-a/web")), "fleet-member-a"),
+            Some(ObjectRef::new("web").within("fleet-member-a"))
+        );
+        assert_eq!(
+            work_of(&meta(Some("fleet-member-b/web")), "fleet-member-a"),
+            None
+        );
+        assert_eq!(work_of(&meta(Some("garbage")), "fleet-member-a"), None);
+        assert_eq!(work_of(&meta(None), "fleet-member-a"), None);
+    }
+}
