@@ -7,9 +7,11 @@ mod common;
 
 use common::{Scenario, TIMEOUT};
 use fleethub_crds::binding::BindingState;
+use fleethub_crds::conditions::find;
 use fleethub_crds::{Binding, Placement, ResourceSnapshot, Work, names};
 use fleethub_testkit::{Fleet, wait_deleted, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 
@@ -153,6 +155,52 @@ async fn snapshots_bindings_and_works_follow_the_hub_objects() {
     .await
     .unwrap();
     assert_eq!(indices(&s).await, [1, 2]);
+
+    // An object too large for a snapshot is refused with a condition that names it, not cut.
+    let cms: Api<ConfigMap> = Api::namespaced(s.hub.clone(), &s.app_namespace());
+    let huge = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "huge"}, "data": {"blob": "x".repeat(900 * 1024)}});
+    cms.patch("huge", &PatchParams::apply("test"), &Patch::Apply(&huge))
+        .await
+        .unwrap();
+    let refused = |reason: &'static str| {
+        move |p: Option<&Placement>| {
+            p.and_then(|p| p.status.as_ref())
+                .and_then(|st| find(&st.conditions, "ResourcesSnapshotted"))
+                .is_some_and(|c| c.reason == reason)
+        }
+    };
+    let p = wait_for(
+        &placements,
+        &s.placement,
+        "the oversized object to be refused",
+        TIMEOUT,
+        refused("ObjectTooLarge"),
+    )
+    .await
+    .unwrap();
+    let message = find(&p.status.unwrap().conditions, "ResourcesSnapshotted")
+        .unwrap()
+        .message
+        .clone();
+    assert!(
+        message.starts_with(&format!("ConfigMap {}/huge is 900 KiB", s.app_namespace())),
+        "{message}"
+    );
+    cms.delete("huge", &Default::default()).await.unwrap();
+    wait_for(
+        &placements,
+        &s.placement,
+        "snapshots to resume",
+        TIMEOUT,
+        refused("Snapshotted"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        indices(&s).await,
+        [1, 2],
+        "the refused content was never snapshotted"
+    );
 
     // b is no longer picked: under RollingUpdate its binding and Work go at once.
     s.pick(&[&a]).await;

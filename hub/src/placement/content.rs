@@ -113,6 +113,25 @@ pub fn content_hash(objects: &[Value]) -> String {
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The first object too large for a snapshot part, as a sentence a person can act on.
+pub fn oversized(objects: &[Value], max_bytes: usize) -> Option<String> {
+    objects.iter().find_map(|o| {
+        let len = o.to_string().len();
+        (len > max_bytes).then(|| {
+            let name = match o["metadata"]["namespace"].as_str() {
+                Some(ns) => format!("{ns}/{}", o["metadata"]["name"].as_str().unwrap_or_default()),
+                None => o["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+            };
+            format!(
+                "{} {name} is {} KiB, more than a resource snapshot part holds ({} KiB); no new snapshot is cut until it is smaller or no longer selected",
+                o["kind"].as_str().unwrap_or("object"),
+                len / 1024,
+                max_bytes / 1024
+            )
+        })
+    })
+}
+
 /// Splits objects into parts of at most [`MAX_PART_BYTES`] each (one object larger than that
 /// gets a part of its own; the caller refuses objects that cannot fit at all).
 pub fn split(objects: Vec<Value>, max_bytes: usize) -> Vec<Vec<Value>> {
@@ -194,6 +213,20 @@ mod tests {
         changed[2]["spec"] = json!({"replicas": 2});
         assert_ne!(content_hash(&one), content_hash(&changed));
         assert_eq!(content_hash(&one).len(), 64);
+    }
+
+    #[test]
+    fn an_object_too_large_for_a_part_is_named() {
+        let big = json!({"kind": "ConfigMap", "metadata": {"name": "huge", "namespace": "app"}, "data": {"x": "y".repeat(3000)}});
+        let small = json!({"kind": "ConfigMap", "metadata": {"name": "small", "namespace": "app"}});
+        assert_eq!(oversized(std::slice::from_ref(&small), 2048), None);
+        let why = oversized(&[small, big], 2048).unwrap();
+        assert!(
+            why.starts_with(
+                "ConfigMap app/huge is 3 KiB, more than a resource snapshot part holds (2 KiB)"
+            ),
+            "{why}"
+        );
     }
 
     #[test]

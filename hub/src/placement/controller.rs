@@ -37,6 +37,8 @@ use crate::metrics::Metrics;
 
 /// Field manager of every write this controller makes.
 pub const FIELD_MANAGER: &str = "fleethub/placement";
+/// Placement condition: the latest snapshot holds the selected objects as they are now.
+pub const SNAPSHOTTED: &str = "ResourcesSnapshotted";
 /// Snapshots kept when the placement does not say.
 pub const DEFAULT_HISTORY: usize = 10;
 /// Objects of kinds the hub does not watch are re-read this often.
@@ -360,6 +362,16 @@ async fn reconcile(placement: Arc<Placement>, ctx: Arc<Context>) -> Result<Reque
                 .map(|_| Requeue::await_change());
         }
         Ok(objects) => {
+            if let Some(why) = content::oversized(&objects, content::MAX_PART_BYTES) {
+                set_condition(
+                    &mut status.conditions,
+                    cond(SNAPSHOTTED, FALSE, "ObjectTooLarge", why),
+                    now,
+                );
+                return write_status(&ctx, &placement, status)
+                    .await
+                    .map(|_| Requeue::requeue(RESYNC));
+            }
             let hash = content::content_hash(&objects);
             if latest.is_none_or(|s| s.spec.content_hash != hash) {
                 let index = latest_index.map_or(0, |i| i + 1);
@@ -369,6 +381,15 @@ async fn reconcile(placement: Arc<Placement>, ctx: Arc<Context>) -> Result<Reque
             }
         }
     }
+    let message = format!(
+        "resource snapshot {} holds the selected objects",
+        latest_index.unwrap_or_default()
+    );
+    set_condition(
+        &mut status.conditions,
+        cond(SNAPSHOTTED, TRUE, "Snapshotted", message),
+        now,
+    );
     prune_history(&ctx, &placement, &existing).await?;
 
     // 2. Bindings for the selected clusters.
