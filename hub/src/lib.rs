@@ -1,7 +1,7 @@
 //! The fleethub hub controller manager's controllers.
 #![forbid(unsafe_code)]
 
-pub mod clock;
+pub use fleethub_runtime::clock;
 mod error;
 pub mod membership;
 pub mod metrics;

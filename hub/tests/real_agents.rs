@@ -86,15 +86,7 @@ fn auto_approve(hub: Client, run: String) -> tokio::task::JoinHandle<()> {
             .applied_objects()
             .boxed();
         while let Some(Ok(a)) = stream.next().await {
-            let approve = json!({"status": {"conditions": [{"type": "Approved", "status": "True", "reason": "Approved",
-                "message": "approved by the test", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
-            let _ = api
-                .patch_status(
-                    &a.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&approve),
-                )
-                .await;
+            let _ = common::approve(&api, &a.name_any()).await;
         }
     })
 }
@@ -117,10 +109,7 @@ async fn run_to_success(
         name,
         "the run to succeed",
         TIMEOUT,
-        |r: Option<&UpdateRun>| {
-            r.and_then(|r| r.status.as_ref())
-                .is_some_and(|s| is_true(&s.conditions, "Succeeded"))
-        },
+        common::succeeded,
     )
     .await
     .unwrap()

@@ -7,11 +7,9 @@ mod common;
 use std::time::Duration;
 
 use common::{Scenario, TIMEOUT, clusters_in_order, simulate_members};
-use fleethub_crds::conditions::is_true;
 use fleethub_crds::{ApprovalRequest, UpdateRun, Work, names};
 use fleethub_testkit::{Fleet, wait_for};
 use futures::StreamExt;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -61,17 +59,7 @@ async fn a_run_survives_repeated_hub_crashes() {
                 .applied_objects()
                 .boxed();
             while let Some(Ok(a)) = stream.next().await {
-                let approve = json!({"status": {"conditions": [{"type": "Approved", "status": "True", "reason": "Approved",
-                    "message": "approved by the test", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
-                if approvals
-                    .patch_status(
-                        &a.name_any(),
-                        &PatchParams::default(),
-                        &Patch::Merge(&approve),
-                    )
-                    .await
-                    .is_ok()
-                {
+                if common::approve(&approvals, &a.name_any()).await.is_ok() {
                     return jiff::Timestamp::now();
                 }
             }
@@ -81,10 +69,7 @@ async fn a_run_survives_repeated_hub_crashes() {
 
     s.start_run(0).await;
     let runs: Api<UpdateRun> = Api::all(hub.clone());
-    let succeeded = |r: Option<&UpdateRun>| {
-        r.and_then(|r| r.status.as_ref())
-            .is_some_and(|s| is_true(&s.conditions, "Succeeded"))
-    };
+    let succeeded = common::succeeded;
 
     // Crash the hub every 0.3–1 s until the run is done.
     let mut kills = 0;

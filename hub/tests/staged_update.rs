@@ -12,7 +12,7 @@ use common::{Scenario, TIMEOUT, clusters_in_order, kubectl, simulate_members};
 use fleethub_crds::conditions::{find, is_true};
 use fleethub_crds::{ApprovalRequest, Binding, UpdateRun, Work};
 use fleethub_testkit::{Fleet, wait_deleted, wait_for};
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -146,14 +146,7 @@ async fn three_stage_rollout_with_gates_in_order() {
     );
 
     // Approve production through the API (the dashboard's path).
-    let approve = json!({"status": {"conditions": [{"type": "Approved", "status": "True", "reason": "Approved",
-        "message": "approved by the test", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
-    approvals
-        .patch_status(
-            &format!("{run}-production"),
-            &PatchParams::default(),
-            &Patch::Merge(&approve),
-        )
+    common::approve(&approvals, &format!("{run}-production"))
         .await
         .unwrap();
 
@@ -162,10 +155,7 @@ async fn three_stage_rollout_with_gates_in_order() {
         &run,
         "the run to succeed",
         TIMEOUT,
-        |r: Option<&UpdateRun>| {
-            r.and_then(|r| r.status.as_ref())
-                .is_some_and(|s| is_true(&s.conditions, "Succeeded"))
-        },
+        common::succeeded,
     )
     .await
     .unwrap();

@@ -17,7 +17,7 @@ pub mod apply_order;
 pub mod availability;
 pub mod backoff;
 pub mod cleanup;
-pub mod clock;
+pub use fleethub_runtime::clock;
 pub mod error;
 pub mod heartbeat;
 pub mod kind_resolver;

@@ -2,6 +2,7 @@
 //! the `/healthz`, `/readyz` and `/metrics` endpoints, and graceful shutdown on SIGTERM.
 #![forbid(unsafe_code)]
 
+pub mod clock;
 pub mod health;
 pub mod kubeconfig;
 pub mod logging;

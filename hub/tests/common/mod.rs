@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fleethub_crds::conditions::find;
-use fleethub_crds::{Binding, ResourceSnapshot, Work, names};
+use fleethub_crds::{ApprovalRequest, Binding, ResourceSnapshot, UpdateRun, Work, names};
 use fleethub_testkit::{Fleet, unique_name, wait_for};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
@@ -254,6 +254,23 @@ pub fn simulate_members(
         }
     });
     (updates, task)
+}
+
+/// Approves ApprovalRequest `name` as the dashboard does: condition `Approved=True` on its status.
+pub async fn approve(
+    api: &Api<ApprovalRequest>,
+    name: &str,
+) -> Result<ApprovalRequest, kube::Error> {
+    let approval = json!({"status": {"conditions": [{"type": "Approved", "status": "True", "reason": "Approved",
+        "message": "approved by the test", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&approval))
+        .await
+}
+
+/// Whether the run has succeeded (a `wait_for` condition).
+pub fn succeeded(run: Option<&UpdateRun>) -> bool {
+    run.and_then(|r| r.status.as_ref())
+        .is_some_and(|s| fleethub_crds::conditions::is_true(&s.conditions, "Succeeded"))
 }
 
 pub fn clusters_in_order(updates: &Updates) -> Vec<String> {
