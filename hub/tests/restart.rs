@@ -9,9 +9,7 @@ use std::time::Duration;
 use common::{Scenario, TIMEOUT, clusters_in_order, simulate_members};
 use fleethub_crds::{ApprovalRequest, UpdateRun, Work, names};
 use fleethub_testkit::{Fleet, wait_for};
-use futures::StreamExt;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, ResourceExt};
+use kube::Api;
 use serde_json::json;
 
 #[tokio::test]
@@ -43,35 +41,18 @@ async fn a_run_survives_repeated_hub_crashes() {
          "afterStageTasks": [{"type": "Approval"}]},
         {"name": "production", "labelSelector": {"matchLabels": {"env": s.env("production")}},
          "sortingLabelKey": "order", "maxConcurrency": 1,
-         "afterStageTasks": [{"type": "TimedWait", "waitTime": "6s"}]}]))
+         "afterStageTasks": [{"type": "Approval"}, {"type": "TimedWait", "waitTime": "6s"}]}]))
         .await;
     let (updates, members_task) = simulate_members(hub.clone(), s.placement.clone(), 0);
-
-    // A person approves the canary gate as soon as it appears, and we note when.
-    let approvals: Api<ApprovalRequest> = Api::all(hub.clone());
-    let approver = {
-        let approvals = approvals.clone();
-        let run = s.run.clone();
-        tokio::spawn(async move {
-            let cfg = watcher::Config::default().fields(&format!("metadata.name={run}-canary"));
-            let mut stream = watcher(approvals.clone(), cfg)
-                .default_backoff()
-                .applied_objects()
-                .boxed();
-            while let Some(Ok(a)) = stream.next().await {
-                if common::approve(&approvals, &a.name_any()).await.is_ok() {
-                    return jiff::Timestamp::now();
-                }
-            }
-            unreachable!("the approval watch ended")
-        })
-    };
 
     s.start_run(0).await;
     let runs: Api<UpdateRun> = Api::all(hub.clone());
     let succeeded = common::succeeded;
 
-    // Crash the hub every 0.3–1 s until the run is done.
+    // Crash the hub every 0.3–1 s until the run is done. The gates make sure the run spans at
+    // least 10 crashes: a person approves canary after the 5th and production after the 10th.
+    let approvals: Api<ApprovalRequest> = Api::all(hub.clone());
+    let mut approved_at: Vec<(String, jiff::Timestamp)> = Vec::new();
     let mut kills = 0;
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     let mut pace = 0x2545F4914F6CDD1Du64;
@@ -83,6 +64,14 @@ async fn a_run_survives_repeated_hub_crashes() {
         tokio::time::sleep(Duration::from_millis(300 + pace % 700)).await;
         if succeeded(runs.get_opt(&s.run).await.unwrap().as_ref()) {
             break;
+        }
+        for (stage, after) in [("canary", 5), ("production", 10)] {
+            let name = format!("{}-{stage}", s.run);
+            let pending = !approved_at.iter().any(|(n, _)| *n == name);
+            if kills >= after && pending && approvals.get_opt(&name).await.unwrap().is_some() {
+                common::approve(&approvals, &name).await.unwrap();
+                approved_at.push((name, jiff::Timestamp::now()));
+            }
         }
         fleet.kill("hub").unwrap();
         kills += 1;
@@ -96,7 +85,6 @@ async fn a_run_survives_repeated_hub_crashes() {
         .await
         .unwrap();
     members_task.abort();
-    let approved_at = approver.await.unwrap();
 
     // Every cluster updated once (its Work written once: generation 1), in order.
     let expected: Vec<String> = [&stg[0], &stg[1], &can, &prod[1], &prod[2], &prod[0]]
@@ -138,7 +126,7 @@ async fn a_run_survives_repeated_hub_crashes() {
         "canary started before the 10s soak ended"
     );
     assert!(
-        when(&prod[1]) >= approved_at,
+        when(&prod[1]) >= approved_at[0].1,
         "production started before the canary approval"
     );
     let production = &status.stages_status[2];
@@ -150,6 +138,10 @@ async fn a_run_survives_repeated_hub_crashes() {
             .0
             .as_second();
     assert!(soak >= 6, "production's 6s soak lasted {soak}s");
+    assert!(
+        production.end_time.as_ref().unwrap().0 >= approved_at[1].1,
+        "production ended before its approval"
+    );
     assert!(kills >= 10, "only {kills} crashes happened during the run");
     runs.delete(&s.run, &Default::default()).await.unwrap();
 }
