@@ -14,8 +14,7 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::runtime::controller::{Action as Requeue, Controller};
-use kube::runtime::watcher;
+use kube::runtime::controller::Action as Requeue;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -136,28 +135,25 @@ pub async fn run(
     metrics: Metrics,
     shutdown: CancellationToken,
 ) {
-    Controller::new(
-        Api::<MemberCluster>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .graceful_shutdown_on(async move { shutdown.cancelled().await })
-    .run(
-        reconcile,
-        error_policy,
-        Arc::new(Context {
-            client,
-            clock,
-            stale_multiple,
-        }),
-    )
-    .for_each(move |res| {
-        metrics.observe("membership", &res);
-        if let Err(e) = res {
-            tracing::debug!(error = %e, "membership reconcile error");
-        }
-        std::future::ready(())
-    })
-    .await;
+    fleethub_runtime::controller_for(Api::<MemberCluster>::all(client.clone()))
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(
+            reconcile,
+            error_policy,
+            Arc::new(Context {
+                client,
+                clock,
+                stale_multiple,
+            }),
+        )
+        .for_each(move |res| {
+            metrics.observe("membership", &res);
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "membership reconcile error");
+            }
+            std::future::ready(())
+        })
+        .await;
 }
 
 fn error_policy(member: Arc<MemberCluster>, error: &Error, _ctx: Arc<Context>) -> Requeue {

@@ -11,8 +11,7 @@ use fleethub_crds::work::{APPLIED, AVAILABLE, WorkStatus};
 use fleethub_crds::{Binding, ResourceSnapshot, UpdateRun, Work, names};
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::{Action as Requeue, Controller};
-use kube::runtime::watcher;
+use kube::runtime::controller::Action as Requeue;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -38,9 +37,10 @@ pub async fn run(
     metrics: Metrics,
     shutdown: CancellationToken,
 ) {
-    let cfg = watcher::Config::default;
-    Controller::new(Api::<Binding>::all(client.clone()), cfg())
-        .owns(Api::<Work>::all(client.clone()), cfg())
+    fleethub_runtime::controller_for(Api::<Binding>::all(client.clone()))
+        .owns_stream(fleethub_runtime::watch_stream(Api::<Work>::all(
+            client.clone(),
+        )))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconcile, error_policy, Arc::new(Context { client, clock }))
         .for_each(move |res| {

@@ -23,9 +23,8 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DynamicObject, Patch, PatchParams};
-use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -132,12 +131,12 @@ fn work_of(meta: &ObjectMeta, namespace: &str) -> Option<ObjectRef<Work>> {
 /// [`readiness::WORKS_SYNCED`] once the Works have been listed.
 pub async fn run(ctx: Arc<Context>, health: Health, shutdown: CancellationToken) {
     let works: Api<Work> = Api::namespaced(ctx.hub.clone(), &ctx.namespace);
-    let workloads = watcher::Config::default().labels(PLACEMENT_LABEL);
+    let workloads = fleethub_runtime::watcher_config().labels(PLACEMENT_LABEL);
     let ns = ctx.namespace.clone();
     let mapper = move |meta: &ObjectMeta| work_of(meta, &ns);
     let (m1, m2, m3, m4) = (mapper.clone(), mapper.clone(), mapper.clone(), mapper);
     let member = &ctx.member;
-    let controller = Controller::new(works, watcher::Config::default())
+    let controller = fleethub_runtime::controller_for(works)
         .watches(
             Api::<Deployment>::all(member.clone()),
             workloads.clone(),
@@ -158,7 +157,8 @@ pub async fn run(ctx: Arc<Context>, health: Health, shutdown: CancellationToken)
         })
         .watches(
             Api::<AppliedWork>::all(member.clone()),
-            watcher::Config::default().labels(&format!("{WORK_NAMESPACE_LABEL}={}", ctx.namespace)),
+            fleethub_runtime::watcher_config()
+                .labels(&format!("{WORK_NAMESPACE_LABEL}={}", ctx.namespace)),
             |aw| Some(ObjectRef::new(&aw.spec.work_name).within(&aw.spec.work_namespace)),
         )
         // Workload status changes come in bursts; one reconcile per burst is enough.

@@ -20,7 +20,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::PartialObjectMeta;
 use kube::discovery::{Discovery, Scope, verbs};
-use kube::runtime::controller::{Action as Requeue, Controller};
+use kube::runtime::controller::Action as Requeue;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -131,9 +131,9 @@ where
     // Metadata only: which object changed is all that matters here.
     watcher(
         Api::<PartialObjectMeta<K>>::all(client.clone()),
-        watcher::Config::default(),
+        fleethub_runtime::watcher_config(),
     )
-    .default_backoff()
+    .backoff(fleethub_runtime::watch_backoff())
     .touched_objects()
     .filter_map(|r| async move { r.ok() })
     .flat_map(move |meta| {
@@ -159,23 +159,20 @@ pub async fn run(
     let (members, members_writer) = reflector::store::<MemberCluster>();
     let binding_stream = watcher(
         Api::<Binding>::all(client.clone()),
-        watcher::Config::default(),
+        fleethub_runtime::watcher_config(),
     )
-    .default_backoff()
+    .backoff(fleethub_runtime::watch_backoff())
     .reflect(bindings_writer)
     .touched_objects();
     let member_stream = watcher(
         Api::<MemberCluster>::all(client.clone()),
-        watcher::Config::default(),
+        fleethub_runtime::watcher_config(),
     )
-    .default_backoff()
+    .backoff(fleethub_runtime::watch_backoff())
     .reflect(members_writer)
     .touched_objects();
 
-    let controller = Controller::new(
-        Api::<Placement>::all(client.clone()),
-        watcher::Config::default(),
-    );
+    let controller = fleethub_runtime::controller_for(Api::<Placement>::all(client.clone()));
     let placements = controller.store();
     let p = || placements.clone();
     let content_changes = stream::select_all(vec![
@@ -203,10 +200,9 @@ pub async fn run(
         members,
     });
     controller
-        .owns(
+        .owns_stream(fleethub_runtime::watch_stream(
             Api::<ResourceSnapshot>::all(client.clone()),
-            watcher::Config::default(),
-        )
+        ))
         .watches_stream(binding_stream, |b: Binding| {
             Some(ObjectRef::<Placement>::new(&b.spec.placement_name))
         })

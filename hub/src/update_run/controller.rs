@@ -15,7 +15,7 @@ use fleethub_crds::{
 };
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action as Requeue, Controller};
+use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
@@ -55,26 +55,26 @@ pub async fn run(
     let (bindings, bindings_writer) = reflector::store::<Binding>();
     let (approvals, approvals_writer) = reflector::store::<ApprovalRequest>();
     let (members, members_writer) = reflector::store::<MemberCluster>();
-    let cfg = watcher::Config::default;
+    let cfg = fleethub_runtime::watcher_config;
 
     let work_stream = watcher(Api::<Work>::all(client.clone()), cfg())
-        .default_backoff()
+        .backoff(fleethub_runtime::watch_backoff())
         .reflect(works_writer)
         .touched_objects();
     let binding_stream = watcher(Api::<Binding>::all(client.clone()), cfg())
-        .default_backoff()
+        .backoff(fleethub_runtime::watch_backoff())
         .reflect(bindings_writer)
         .touched_objects();
     let approval_stream = watcher(Api::<ApprovalRequest>::all(client.clone()), cfg())
-        .default_backoff()
+        .backoff(fleethub_runtime::watch_backoff())
         .reflect(approvals_writer)
         .touched_objects();
     let member_stream = watcher(Api::<MemberCluster>::all(client.clone()), cfg())
-        .default_backoff()
+        .backoff(fleethub_runtime::watch_backoff())
         .reflect(members_writer)
         .touched_objects();
 
-    let controller = Controller::new(Api::<UpdateRun>::all(client.clone()), cfg());
+    let controller = fleethub_runtime::controller_for(Api::<UpdateRun>::all(client.clone()));
     let runs = controller.store();
     let by_placement = |runs: Store<UpdateRun>| {
         move |placement: &str| -> Vec<ObjectRef<UpdateRun>> {

@@ -137,6 +137,11 @@ impl Fleet {
         ([127, 0, 0, 1], self.port_base + 100).into()
     }
 
+    /// Where member `i`'s agent serves `/healthz`, `/readyz` and `/metrics`.
+    pub fn agent_health_addr(&self, i: usize) -> std::net::SocketAddr {
+        ([127, 0, 0, 1], self.port_base + 100 + i as u16).into()
+    }
+
     /// The admin kubeconfig of cluster `name` (`hub` or `member-<i>`).
     pub fn kubeconfig(&self, name: &str) -> PathBuf {
         self.dir.join(format!("{name}.kubeconfig"))
@@ -190,6 +195,11 @@ impl Fleet {
         self.script(&["kill", name])
     }
 
+    /// Starts the control-plane parts (etcd, API servers, controllers) that are not running.
+    pub fn start_control_plane(&self) -> Result<(), Error> {
+        self.script(&["start-control-plane"])
+    }
+
     /// Starts the fleethub parts (hub, agents) that are not running, and waits until ready.
     pub fn start_fleethub(&self) -> Result<(), Error> {
         self.script(&["start-fleethub"])
@@ -206,13 +216,13 @@ fn status_ok(dir: &Path) -> bool {
             .unwrap_or(false)
 }
 
-/// A port base whose fleet ports (base..base+20 and base+100..base+120) are all free.
+/// A port base whose fleet ports (base..base+120) are all free.
 fn free_port_base() -> Option<u16> {
     let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
     let start = 20000 + (std::process::id() % 40) as u16 * 200;
     (0..40u16)
         .map(|k| 20000 + (start - 20000 + k * 200) % 8000)
-        .find(|&base| (base..base + 20).chain(base + 100..base + 120).all(free))
+        .find(|&base| (base..base + 120).all(free))
 }
 
 async fn client(path: &Path) -> Result<Client, Error> {

@@ -1,0 +1,144 @@
+//! The member agent rides out outages: while the hub's API server is down the member keeps
+//! running what it has and the agent says it is not ready; once the hub is back the agent
+//! heartbeats and applies changes again; a member API server that was down catches up too.
+//! Uses the fleet's member-3 and its real agent; stops and restarts real API servers.
+
+use std::time::Duration;
+
+use fleethub_crds::MemberCluster;
+use fleethub_testkit::{Fleet, http_get, poll_until, unique_name, wait_deleted, wait_for};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+const MEMBER: usize = 3;
+
+async fn set_version(hub: &Client, ns: &str, v: &str) {
+    let cms: Api<ConfigMap> = Api::namespaced(hub.clone(), ns);
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"v": v}});
+    cms.patch(
+        "cfg",
+        &PatchParams::apply("resilience-test").force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .unwrap();
+}
+
+async fn member_has(fleet: &Fleet, ns: &str, v: &str) {
+    let cms: Api<ConfigMap> = Api::namespaced(fleet.member(MEMBER).await.unwrap(), ns);
+    let v = v.to_string();
+    wait_for(
+        &cms,
+        "cfg",
+        "the member to get the change",
+        TIMEOUT,
+        move |c: Option<&ConfigMap>| {
+            c.and_then(|c| c.data.as_ref()).and_then(|d| d.get("v")) == Some(&v)
+        },
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn the_agent_rides_out_hub_and_member_outages() {
+    let fleet = Fleet::get().unwrap();
+    assert!(fleet.member_count() >= MEMBER);
+    let hub = fleet.hub().await.unwrap();
+    let ns = unique_name("res");
+    let placement = format!("p-{ns}");
+    let namespaces: Api<Namespace> = Api::all(hub.clone());
+    let n = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+    namespaces
+        .patch(
+            &ns,
+            &PatchParams::apply("resilience-test"),
+            &Patch::Apply(&n),
+        )
+        .await
+        .unwrap();
+    set_version(&hub, &ns, "1").await;
+    let p = json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "Placement", "metadata": {"name": placement},
+        "spec": {"resourceSelectors": [{"group": "", "version": "v1", "kind": "Namespace", "name": ns}],
+                 "policy": {"placementType": "PickFixed", "clusterNames": [format!("member-{MEMBER}")]}}});
+    let placements: Api<fleethub_crds::Placement> = Api::all(hub.clone());
+    placements
+        .patch(
+            &placement,
+            &PatchParams::apply("resilience-test"),
+            &Patch::Apply(&p),
+        )
+        .await
+        .unwrap();
+    member_has(fleet, &ns, "1").await;
+
+    // The hub goes away: the agent notices and says so; the member keeps its workload.
+    fleet.kill("hub-apiserver").unwrap();
+    let agent = fleet.agent_health_addr(MEMBER);
+    let (_, why) = poll_until(
+        "the agent to report the hub unreachable",
+        TIMEOUT,
+        || async {
+            http_get(agent, "/readyz")
+                .await
+                .ok()
+                .filter(|(code, _)| *code == 503)
+        },
+    )
+    .await
+    .unwrap();
+    assert!(why.contains("not ready"), "{why}");
+    let member_cms: Api<ConfigMap> = Api::namespaced(fleet.member(MEMBER).await.unwrap(), &ns);
+    let kept = member_cms
+        .get("cfg")
+        .await
+        .expect("the member keeps what it runs while the hub is down");
+    assert_eq!(kept.data.unwrap()["v"], "1");
+
+    // The hub comes back: the agent heartbeats again and changes flow.
+    let back = jiff::Timestamp::now();
+    fleet.start_control_plane().unwrap();
+    let hub = fleet.hub().await.unwrap();
+    let members: Api<MemberCluster> = Api::all(hub.clone());
+    wait_for(
+        &members,
+        &format!("member-{MEMBER}"),
+        "a heartbeat after the hub came back",
+        TIMEOUT,
+        move |m: Option<&MemberCluster>| {
+            m.and_then(|m| m.status.as_ref()?.last_heartbeat_time.as_ref())
+                .is_some_and(|t| t.0 > back)
+        },
+    )
+    .await
+    .unwrap();
+    poll_until("the agent to be ready again", TIMEOUT, || async {
+        http_get(agent, "/readyz")
+            .await
+            .ok()
+            .filter(|(code, _)| *code == 200)
+    })
+    .await
+    .unwrap();
+    set_version(&hub, &ns, "2").await;
+    member_has(fleet, &ns, "2").await;
+
+    // The member's API server goes away and comes back: the change made meanwhile arrives.
+    fleet.kill(&format!("member-{MEMBER}-apiserver")).unwrap();
+    set_version(&hub, &ns, "3").await;
+    fleet.start_control_plane().unwrap();
+    member_has(fleet, &ns, "3").await;
+
+    placements
+        .delete(&placement, &Default::default())
+        .await
+        .unwrap();
+    let member_namespaces: Api<Namespace> = Api::all(fleet.member(MEMBER).await.unwrap());
+    wait_deleted(&member_namespaces, &ns, TIMEOUT)
+        .await
+        .unwrap();
+    namespaces.delete(&ns, &Default::default()).await.unwrap();
+}
