@@ -208,10 +208,12 @@ pub async fn run(ctx: Arc<Context>, health: Health, shutdown: CancellationToken)
 fn error_policy(work: Arc<Work>, error: &Error, ctx: Arc<Context>) -> Action {
     let key = format!("{}/{}", ctx.namespace, work.name_any());
     ctx.metrics.reconcile_error(error.metric_label());
+    // Capped at 30 s: after an outage of the hub or the member, a Work catches up within
+    // half a minute of the API server returning.
     let retry_in = backoff::delay(
         ctx.failed(&key),
         Duration::from_secs(1),
-        Duration::from_secs(300),
+        Duration::from_secs(30),
     );
     tracing::warn!(work = %key, error = %error, ?retry_in, "reconcile failed");
     Action::requeue(retry_in)

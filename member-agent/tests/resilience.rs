@@ -14,6 +14,7 @@ use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 const MEMBER: usize = 3;
+const AFTER_HUB_OUTAGE: Duration = Duration::from_secs(300);
 
 async fn set_version(hub: &Client, ns: &str, v: &str) {
     let cms: Api<ConfigMap> = Api::namespaced(hub.clone(), ns);
@@ -27,20 +28,22 @@ async fn set_version(hub: &Client, ns: &str, v: &str) {
     .unwrap();
 }
 
-async fn member_has(fleet: &Fleet, ns: &str, v: &str) {
+async fn member_has(fleet: &Fleet, ns: &str, v: &str, timeout: Duration) {
+    let t = std::time::Instant::now();
     let cms: Api<ConfigMap> = Api::namespaced(fleet.member(MEMBER).await.unwrap(), ns);
-    let v = v.to_string();
+    let want = v.to_string();
     wait_for(
         &cms,
         "cfg",
-        "the member to get the change",
-        TIMEOUT,
+        &format!("the member to get version {v}"),
+        timeout,
         move |c: Option<&ConfigMap>| {
-            c.and_then(|c| c.data.as_ref()).and_then(|d| d.get("v")) == Some(&v)
+            c.and_then(|c| c.data.as_ref()).and_then(|d| d.get("v")) == Some(&want)
         },
     )
     .await
     .unwrap();
+    eprintln!("version {v} reached the member in {:?}", t.elapsed());
 }
 
 #[tokio::test]
@@ -73,7 +76,7 @@ async fn the_agent_rides_out_hub_and_member_outages() {
         )
         .await
         .unwrap();
-    member_has(fleet, &ns, "1").await;
+    member_has(fleet, &ns, "1", TIMEOUT).await;
 
     // The hub goes away: the agent notices and says so; the member keeps its workload.
     fleet.kill("hub-apiserver").unwrap();
@@ -124,13 +127,15 @@ async fn the_agent_rides_out_hub_and_member_outages() {
     .await
     .unwrap();
     set_version(&hub, &ns, "2").await;
-    member_has(fleet, &ns, "2").await;
+    // Known issue: the first change after the hub's API server returns can take over a minute
+    // to reach a snapshot (measured 70-80 s); see the note on issue 6. Generous deadline here.
+    member_has(fleet, &ns, "2", AFTER_HUB_OUTAGE).await;
 
     // The member's API server goes away and comes back: the change made meanwhile arrives.
     fleet.kill(&format!("member-{MEMBER}-apiserver")).unwrap();
     set_version(&hub, &ns, "3").await;
     fleet.start_control_plane().unwrap();
-    member_has(fleet, &ns, "3").await;
+    member_has(fleet, &ns, "3", TIMEOUT).await;
 
     placements
         .delete(&placement, &Default::default())
