@@ -27,6 +27,25 @@ pub struct NewCondition<'a> {
     pub observed_generation: Option<i64>,
 }
 
+impl<'a> NewCondition<'a> {
+    /// A condition of `type_` with `status`, `reason` and `message`, computed from `generation`.
+    pub fn new(
+        type_: &'a str,
+        status: &'a str,
+        reason: &'a str,
+        message: String,
+        observed_generation: Option<i64>,
+    ) -> Self {
+        Self {
+            type_,
+            status,
+            reason,
+            message,
+            observed_generation,
+        }
+    }
+}
+
 /// Sets `new` in `conditions`, replacing any condition of the same type. The transition time is
 /// `now` when the status changes (or the condition is new) and is kept otherwise. Returns whether
 /// anything changed.

@@ -202,13 +202,13 @@ async fn reconcile(member: Arc<MemberCluster>, ctx: Arc<Context>) -> Result<Requ
     let mut conditions = status.conditions.clone();
     let changed = set_condition(
         &mut conditions,
-        NewCondition {
-            type_: HEALTHY,
-            status: state,
+        NewCondition::new(
+            HEALTHY,
+            state,
             reason,
-            message: message.clone(),
-            observed_generation: member.metadata.generation,
-        },
+            message.clone(),
+            member.metadata.generation,
+        ),
         now,
     );
     // The message carries the heartbeat's age; rewrite it only when the state or reason moves.

@@ -190,13 +190,7 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
     let mut status = binding.status.clone().unwrap_or_default();
     set_condition(
         &mut status.conditions,
-        NewCondition {
-            type_: WORK_SYNCHRONIZED,
-            status: sync.1,
-            reason: sync.0,
-            message: sync.2,
-            observed_generation: generation,
-        },
+        NewCondition::new(WORK_SYNCHRONIZED, sync.1, sync.0, sync.2, generation),
         now,
     );
     for type_ in [APPLIED, AVAILABLE] {
@@ -205,24 +199,24 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
         let current = find(&work_status.conditions, type_)
             .filter(|c| c.observed_generation == work_generation);
         let new = match current {
-            Some(c) => NewCondition {
+            Some(c) => NewCondition::new(
                 type_,
-                status: if c.status == TRUE { TRUE } else { FALSE },
-                reason: if c.status == TRUE {
+                if c.status == TRUE { TRUE } else { FALSE },
+                if c.status == TRUE {
                     "MemberReported"
                 } else {
                     "MemberReportedNotReady"
                 },
-                message: c.message.clone(),
-                observed_generation: generation,
-            },
-            None => NewCondition {
+                c.message.clone(),
+                generation,
+            ),
+            None => NewCondition::new(
                 type_,
-                status: FALSE,
-                reason: "NotReported",
-                message: "the member has not reported on its Work yet".to_string(),
-                observed_generation: generation,
-            },
+                FALSE,
+                "NotReported",
+                "the member has not reported on its Work yet".to_string(),
+                generation,
+            ),
         };
         set_condition(&mut status.conditions, new, now);
     }

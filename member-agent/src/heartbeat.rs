@@ -57,13 +57,13 @@ pub fn status(
         .collect();
     set_condition(
         &mut conds,
-        NewCondition {
-            type_: JOINED,
-            status: conditions::TRUE,
-            reason: REASON_JOINED,
-            message: format!("member agent {AGENT_VERSION} has joined and reports a heartbeat"),
-            observed_generation: generation,
-        },
+        NewCondition::new(
+            JOINED,
+            conditions::TRUE,
+            REASON_JOINED,
+            format!("member agent {AGENT_VERSION} has joined and reports a heartbeat"),
+            generation,
+        ),
         now,
     );
     MemberClusterStatus {

@@ -93,13 +93,7 @@ pub fn plan(input: &StatusInput<'_>) -> StatusPlan {
     let mut set = |type_, status, reason, message| {
         set_condition(
             &mut conds,
-            NewCondition {
-                type_,
-                status,
-                reason,
-                message,
-                observed_generation: generation,
-            },
+            NewCondition::new(type_, status, reason, message, generation),
             now,
         );
     };
@@ -205,13 +199,7 @@ fn manifest_condition(
     let mut set = |type_, status, reason, message: &str| {
         set_condition(
             &mut conds,
-            NewCondition {
-                type_,
-                status,
-                reason,
-                message: message.to_string(),
-                observed_generation: generation,
-            },
+            NewCondition::new(type_, status, reason, message.to_string(), generation),
             now,
         );
     };

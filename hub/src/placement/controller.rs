@@ -327,12 +327,8 @@ async fn reconcile(placement: Arc<Placement>, ctx: Arc<Context>) -> Result<Reque
     let now = ctx.clock.now();
     let generation = placement.metadata.generation;
     let mut status = placement.status.clone().unwrap_or_default();
-    let cond = |type_, status, reason, message: String| NewCondition {
-        type_,
-        status,
-        reason,
-        message,
-        observed_generation: generation,
+    let cond = |type_, status, reason, message: String| {
+        NewCondition::new(type_, status, reason, message, generation)
     };
 
     // 1. Snapshot the selected objects when their content changed.
@@ -640,13 +636,7 @@ fn roll_up(
             .unwrap_or_default();
         let binding = bindings.iter().find(|b| &b.spec.target_cluster == cluster);
         let index = binding.and_then(|b| b.spec.resource_snapshot_index);
-        let c = |t, s, r, m: String| NewCondition {
-            type_: t,
-            status: s,
-            reason: r,
-            message: m,
-            observed_generation: generation,
-        };
+        let c = |t, s, r, m: String| NewCondition::new(t, s, r, m, generation);
         set_condition(
             &mut conds,
             c(
@@ -711,12 +701,8 @@ fn roll_up(
     }
     status.placement_statuses = per_cluster;
     let n = selected.len();
-    let c = |t, ok: bool, r: &'static str, m: String| NewCondition {
-        type_: t,
-        status: if ok { TRUE } else { FALSE },
-        reason: r,
-        message: m,
-        observed_generation: generation,
+    let c = |t, ok: bool, r: &'static str, m: String| {
+        NewCondition::new(t, if ok { TRUE } else { FALSE }, r, m, generation)
     };
     set_condition(
         &mut status.conditions,

@@ -273,13 +273,7 @@ impl Planner<'_, '_> {
         reason: &'static str,
         message: String,
     ) -> NewCondition<'static> {
-        NewCondition {
-            type_,
-            status,
-            reason,
-            message,
-            observed_generation: self.generation,
-        }
+        NewCondition::new(type_, status, reason, message, self.generation)
     }
 
     fn set_run(
@@ -698,15 +692,13 @@ impl Planner<'_, '_> {
             let cluster = &mut self.status.stages_status[i].clusters[j];
             match outcome {
                 Ok(()) => {
-                    let c = NewCondition {
-                        type_: SUCCEEDED,
-                        status: TRUE,
-                        reason: reason::CLUSTER_SUCCEEDED,
-                        message: format!(
-                            "cluster {name} runs resource snapshot {index} and is available"
-                        ),
-                        observed_generation: self.generation,
-                    };
+                    let c = NewCondition::new(
+                        SUCCEEDED,
+                        TRUE,
+                        reason::CLUSTER_SUCCEEDED,
+                        format!("cluster {name} runs resource snapshot {index} and is available"),
+                        self.generation,
+                    );
                     set_condition(&mut cluster.conditions, c, now);
                     cluster.end_time = Some(Time(now));
                     let message = format!("cluster {name} updated to resource snapshot {index}");
@@ -714,13 +706,8 @@ impl Planner<'_, '_> {
                 }
                 Err((why, message)) => {
                     let first = !conditions::is_false(&cluster.conditions, SUCCEEDED);
-                    let c = NewCondition {
-                        type_: SUCCEEDED,
-                        status: FALSE,
-                        reason: why,
-                        message: message.clone(),
-                        observed_generation: self.generation,
-                    };
+                    let c =
+                        NewCondition::new(SUCCEEDED, FALSE, why, message.clone(), self.generation);
                     set_condition(&mut cluster.conditions, c, now);
                     if first {
                         self.event(true, reason::CLUSTER_FAILED, message.clone());
@@ -761,13 +748,13 @@ impl Planner<'_, '_> {
                 continue;
             }
             let name = cluster.cluster_name.clone();
-            let c = NewCondition {
-                type_: CLUSTER_STARTED,
-                status: TRUE,
-                reason: reason::CLUSTER_STARTED,
-                message: format!("cluster {name} is being updated to resource snapshot {index}"),
-                observed_generation: self.generation,
-            };
+            let c = NewCondition::new(
+                CLUSTER_STARTED,
+                TRUE,
+                reason::CLUSTER_STARTED,
+                format!("cluster {name} is being updated to resource snapshot {index}"),
+                self.generation,
+            );
             set_condition(&mut cluster.conditions, c, now);
             cluster.start_time = Some(Time(now));
             self.actions.push(Action::Bind {
@@ -905,13 +892,13 @@ impl Planner<'_, '_> {
                 "stage {stage_name}: all clusters updated; {}",
                 pending.join(" and ")
             );
-            let c = NewCondition {
-                type_: PROGRESSING,
-                status: FALSE,
-                reason: reason::STAGE_WAITING,
-                message: message.clone(),
-                observed_generation: self.generation,
-            };
+            let c = NewCondition::new(
+                PROGRESSING,
+                FALSE,
+                reason::STAGE_WAITING,
+                message.clone(),
+                self.generation,
+            );
             set_condition(&mut stage.conditions, c, now);
             self.set_run(PROGRESSING, FALSE, reason::WAITING, message);
             return false;
@@ -920,13 +907,13 @@ impl Planner<'_, '_> {
             (PROGRESSING, FALSE, reason::STAGE_SUCCEEDED),
             (SUCCEEDED, TRUE, reason::STAGE_SUCCEEDED),
         ] {
-            let c = NewCondition {
+            let c = NewCondition::new(
                 type_,
                 status,
-                reason: why,
-                message: format!("stage {stage_name} succeeded"),
-                observed_generation: self.generation,
-            };
+                why,
+                format!("stage {stage_name} succeeded"),
+                self.generation,
+            );
             set_condition(&mut stage.conditions, c, now);
         }
         stage.end_time = Some(Time(now));
@@ -970,13 +957,13 @@ impl Planner<'_, '_> {
             }
             let name = cluster.cluster_name.clone();
             if find(&cluster.conditions, CLUSTER_STARTED).is_none() {
-                let c = NewCondition {
-                    type_: CLUSTER_STARTED,
-                    status: TRUE,
-                    reason: reason::CLUSTER_STARTED,
-                    message: format!("removing the workload from cluster {name}"),
-                    observed_generation: self.generation,
-                };
+                let c = NewCondition::new(
+                    CLUSTER_STARTED,
+                    TRUE,
+                    reason::CLUSTER_STARTED,
+                    format!("removing the workload from cluster {name}"),
+                    self.generation,
+                );
                 set_condition(&mut cluster.conditions, c, now);
                 cluster.start_time = Some(Time(now));
             }
@@ -987,13 +974,13 @@ impl Planner<'_, '_> {
                 });
                 remaining.push(name);
             } else {
-                let c = NewCondition {
-                    type_: SUCCEEDED,
-                    status: TRUE,
-                    reason: reason::CLUSTER_SUCCEEDED,
-                    message: format!("the workload was removed from cluster {name}"),
-                    observed_generation: self.generation,
-                };
+                let c = NewCondition::new(
+                    SUCCEEDED,
+                    TRUE,
+                    reason::CLUSTER_SUCCEEDED,
+                    format!("the workload was removed from cluster {name}"),
+                    self.generation,
+                );
                 set_condition(&mut cluster.conditions, c, now);
                 cluster.end_time = Some(Time(now));
             }
@@ -1005,13 +992,13 @@ impl Planner<'_, '_> {
             return;
         }
         for (type_, status) in [(PROGRESSING, FALSE), (SUCCEEDED, TRUE)] {
-            let c = NewCondition {
+            let c = NewCondition::new(
                 type_,
                 status,
-                reason: reason::STAGE_SUCCEEDED,
-                message: "deletion stage succeeded".to_string(),
-                observed_generation: self.generation,
-            };
+                reason::STAGE_SUCCEEDED,
+                "deletion stage succeeded".to_string(),
+                self.generation,
+            );
             set_condition(&mut del.conditions, c, now);
         }
         del.end_time.get_or_insert(Time(now));
