@@ -26,3 +26,18 @@ impl Error {
         }
     }
 }
+
+/// HTTP 404: deleting something already gone is done.
+pub(crate) const GONE: u16 = 404;
+/// HTTP 409: creating something that exists is done.
+pub(crate) const EXISTS: u16 = 409;
+
+/// `result` with an API error of HTTP status `code` taken as success, for idempotent writes
+/// (e.g. [`GONE`] on delete, [`EXISTS`] on create).
+pub(crate) fn ok_if<T>(result: Result<T, kube::Error>, code: u16) -> Result<(), Error> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == code => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::clock::Clock;
+use crate::error::{GONE, ok_if};
 use crate::metrics::Metrics;
 
 /// Field manager of every write this controller makes.
@@ -167,11 +168,7 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
             }
         }
         (BindingState::Unscheduled, _) => {
-            match works.delete(&work_name, &Default::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
+            ok_if(works.delete(&work_name, &Default::default()).await, GONE)?;
             sync = (
                 "Unscheduled",
                 FALSE,

@@ -33,6 +33,7 @@ use super::clusters::{self, BindingChange, Member};
 use super::content;
 use crate::Error;
 use crate::clock::Clock;
+use crate::error::{EXISTS, GONE, ok_if};
 use crate::metrics::Metrics;
 
 /// Field manager of every write this controller makes.
@@ -583,11 +584,7 @@ async fn apply_binding_change(
             });
             let binding: Binding =
                 serde_json::from_value(binding).map_err(|e| Error::Invalid(e.to_string()))?;
-            match api.create(&PostParams::default(), &binding).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(e) => return Err(e.into()),
-            }
+            ok_if(api.create(&PostParams::default(), &binding).await, EXISTS)?;
         }
         BindingChange::Set {
             cluster,
@@ -603,14 +600,11 @@ async fn apply_binding_change(
             )
             .await?;
         }
-        BindingChange::Delete { cluster } => match api
-            .delete(&names::binding_name(&name, &cluster), &Default::default())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        },
+        BindingChange::Delete { cluster } => ok_if(
+            api.delete(&names::binding_name(&name, &cluster), &Default::default())
+                .await,
+            GONE,
+        )?,
     }
     Ok(())
 }

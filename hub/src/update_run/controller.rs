@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::plan::{self, Action, ApprovalView, BindingView, Observed, WorkView};
 use crate::Error;
 use crate::clock::Clock;
+use crate::error::{EXISTS, GONE, ok_if};
 use crate::metrics::{Metrics, RunState, RunStateLabels};
 
 /// Field manager of every write this controller makes.
@@ -383,11 +384,10 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
             ]));
             // Deleting the run deletes its approval requests.
             request.metadata.owner_references = run.controller_owner_ref(&()).map(|o| vec![o]);
-            match approvals.create(&PostParams::default(), &request).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(e) => return Err(e.into()),
-            }
+            ok_if(
+                approvals.create(&PostParams::default(), &request).await,
+                EXISTS,
+            )?;
         }
         Action::AcceptApproval { name } => {
             let approvals: Api<ApprovalRequest> = Api::all(ctx.client.clone());
@@ -414,17 +414,15 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
         }
         Action::Unbind { cluster } => {
             let bindings: Api<Binding> = Api::all(ctx.client.clone());
-            match bindings
-                .delete(
-                    &names::binding_name(placement, cluster),
-                    &Default::default(),
-                )
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
+            ok_if(
+                bindings
+                    .delete(
+                        &names::binding_name(placement, cluster),
+                        &Default::default(),
+                    )
+                    .await,
+                GONE,
+            )?;
         }
     }
     Ok(())
