@@ -66,3 +66,44 @@ pub struct ApprovalRequestStatus {
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
 }
+
+/// The status patch that approves a request: a JSON merge patch for the status subresource
+/// setting `Approved=True`, exactly what `kubectl patch approvalrequest <name>
+/// --subresource=status --type=merge -p …` sends. Every client (dashboard, `kubectl fleet
+/// approve`, tests) approves through this one shape, so an approval means the same wherever it
+/// was made. `approver` is who approved (shown in the message), `now` the transition time.
+pub fn approve_patch(approver: &str, message: &str, now: jiff::Timestamp) -> serde_json::Value {
+    let message = if message.is_empty() {
+        format!("approved by {approver}")
+    } else {
+        format!("approved by {approver}: {message}")
+    };
+    serde_json::json!({"status": {"conditions": [{
+        "type": APPROVED,
+        "status": "True",
+        "reason": "Approved",
+        "message": message,
+        "lastTransitionTime": now.round(jiff::Unit::Second).unwrap_or(now).to_string(),
+    }]}})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn approve_patch_sets_approved_true_with_who_and_why() {
+        let now: jiff::Timestamp = "2026-11-22T08:00:00.4Z".parse().unwrap();
+        let patch = approve_patch("alice", "canary looks good", now);
+        let c = &patch["status"]["conditions"][0];
+        assert_eq!(c["type"], "Approved");
+        assert_eq!(c["status"], "True");
+        assert_eq!(c["message"], "approved by alice: canary looks good");
+        assert_eq!(c["lastTransitionTime"], "2026-11-22T08:00:00Z");
+        let bare = approve_patch("bob", "", now);
+        assert_eq!(
+            bare["status"]["conditions"][0]["message"],
+            "approved by bob"
+        );
+    }
+}

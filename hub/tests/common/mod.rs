@@ -261,8 +261,7 @@ pub async fn approve(
     api: &Api<ApprovalRequest>,
     name: &str,
 ) -> Result<ApprovalRequest, kube::Error> {
-    let approval = json!({"status": {"conditions": [{"type": "Approved", "status": "True", "reason": "Approved",
-        "message": "approved by the test", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
+    let approval = fleethub_crds::approval::approve_patch("the test", "", jiff::Timestamp::now());
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&approval))
         .await
 }
