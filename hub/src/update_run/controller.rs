@@ -88,6 +88,12 @@ pub async fn run(
     };
     let for_work = by_placement(runs.clone());
     let for_binding = by_placement(runs.clone());
+    let for_run = by_placement(runs.clone());
+    // A run's change concerns the other runs of its placement: a newer run supersedes them,
+    // and a run that ended lets a waiting newer one start.
+    let sibling_stream = watcher(Api::<UpdateRun>::all(client.clone()), cfg())
+        .backoff(fleethub_runtime::watch_backoff())
+        .touched_objects();
     let runs_for_gauge = runs.clone();
     let ctx = Arc::new(Context {
         metrics: metrics.clone(),
@@ -107,6 +113,9 @@ pub async fn run(
         .watches_stream(work_stream, move |w: Work| for_work(&w.spec.placement_name))
         .watches_stream(binding_stream, move |b: Binding| {
             for_binding(&b.spec.placement_name)
+        })
+        .watches_stream(sibling_stream, move |r: UpdateRun| {
+            for_run(&r.spec.placement_name)
         })
         .watches_stream(approval_stream, |a: ApprovalRequest| {
             Some(ObjectRef::<UpdateRun>::new(&a.spec.parent_stage_rollout))
@@ -140,6 +149,7 @@ fn state_of(run: &UpdateRun) -> RunState {
             plan::reason::WAITING => RunState::Waiting,
             plan::reason::STOPPED => RunState::Stopped,
             plan::reason::CLUSTER_FAILED => RunState::Blocked,
+            plan::reason::WAITING_FOR_PREVIOUS_RUN => RunState::Pending,
             _ => RunState::Progressing,
         },
     }
@@ -170,6 +180,14 @@ fn finished(run: &UpdateRun) -> bool {
     run.status
         .as_ref()
         .is_some_and(|s| find(&s.conditions, SUCCEEDED).is_some())
+}
+
+/// The run passed validation and waits for an earlier run of its placement to end.
+fn waiting_for_previous(run: &UpdateRun) -> bool {
+    run.status.as_ref().is_some_and(|s| {
+        find(&s.conditions, INITIALIZED)
+            .is_some_and(|c| c.reason == plan::reason::WAITING_FOR_PREVIOUS_RUN)
+    })
 }
 
 fn initialized(run: &UpdateRun) -> bool {
@@ -221,6 +239,15 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
         .iter()
         .map(|m| (m.name_any(), m.labels().clone()))
         .collect();
+    let unhealthy_members: BTreeMap<String, String> = ctx
+        .members
+        .state()
+        .iter()
+        .filter_map(|m| {
+            let healthy = find(&m.status.as_ref()?.conditions, "Healthy")?;
+            (healthy.status != TRUE).then(|| (m.name_any(), healthy.message.clone()))
+        })
+        .collect();
     let bindings: Vec<BindingView> = ctx
         .bindings
         .state()
@@ -269,12 +296,23 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
             r.name_any(),
         )
     };
-    let other_active_runs: Vec<String> = ctx
+    let siblings: Vec<Arc<UpdateRun>> = ctx
         .runs
         .state()
-        .iter()
+        .into_iter()
         .filter(|r| r.spec.placement_name == placement_name && r.name_any() != name)
-        .filter(|r| initialized(r) && !finished(r) && created(r) < created(&run))
+        .filter(|r| !finished(r) && r.metadata.deletion_timestamp.is_none())
+        .collect();
+    let earlier_runs: Vec<String> = siblings
+        .iter()
+        .filter(|r| created(r) < created(&run))
+        .map(|r| r.name_any())
+        .collect();
+    // A later run supersedes this one only once it has passed validation, so a run that can
+    // never start does not stop one that is rolling out.
+    let later_runs: Vec<String> = siblings
+        .iter()
+        .filter(|r| created(r) > created(&run) && (initialized(r) || waiting_for_previous(r)))
         .map(|r| r.name_any())
         .collect();
 
@@ -284,10 +322,12 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
         placement: placement.as_ref(),
         snapshot_exists,
         cluster_labels,
+        unhealthy_members,
         bindings,
         works,
         approvals,
-        other_active_runs,
+        earlier_runs,
+        later_runs,
         now: ctx.clock.now(),
     };
     let plan = plan::plan(&observed);

@@ -49,6 +49,8 @@ pub mod reason {
     pub const CLUSTER_FAILED: &str = "ClusterUpdateFailed";
     pub const SUCCEEDED: &str = "UpdateRunSucceeded";
     pub const FAILED: &str = "UpdateRunFailed";
+    pub const SUPERSEDED: &str = "UpdateRunSuperseded";
+    pub const WAITING_FOR_PREVIOUS_RUN: &str = "WaitingForPreviousRun";
     pub const STAGE_STARTED: &str = "StageUpdatingStarted";
     pub const STAGE_WAITING: &str = "StageUpdatingWaiting";
     pub const STAGE_FAILED: &str = "StageUpdatingFailed";
@@ -147,14 +149,21 @@ pub struct Observed<'a> {
     pub snapshot_exists: bool,
     /// Every MemberCluster's labels.
     pub cluster_labels: BTreeMap<String, BTreeMap<String, String>>,
+    /// MemberClusters whose agent is not heartbeating (`Healthy=False`), with the condition's
+    /// message: named when one of their updates times out.
+    pub unhealthy_members: BTreeMap<String, String>,
     /// The placement's bindings.
     pub bindings: Vec<BindingView>,
     /// The placement's Works, by member cluster.
     pub works: BTreeMap<String, WorkView>,
     /// ApprovalRequests by name.
     pub approvals: BTreeMap<String, ApprovalView>,
-    /// Other runs of the same placement that started before this one and have not finished.
-    pub other_active_runs: Vec<String>,
+    /// Runs of the same placement created before this one that have not finished: this run
+    /// starts once they have (they yield to it).
+    pub earlier_runs: Vec<String>,
+    /// Runs of the same placement created after this one that have not finished and passed
+    /// validation (initialized, or waiting for this run): this run yields to them.
+    pub later_runs: Vec<String>,
     /// Now.
     pub now: Timestamp,
 }
@@ -317,9 +326,43 @@ impl Planner<'_, '_> {
         if find(&self.status.conditions, SUCCEEDED).is_some() {
             return; // finished, one way or the other
         }
+        if let Some(later) = self.o.later_runs.first() {
+            // A newer run of the same placement supersedes this one: stop where we are, write
+            // nothing more, and end, so the newer run starts from what the clusters run now.
+            let message = format!(
+                "superseded by UpdateRun {later}, created later for Placement {}; clusters keep what they run, and {later} continues from there",
+                self.o.run.spec.placement_name
+            );
+            self.set_run(PROGRESSING, FALSE, reason::SUPERSEDED, message.clone());
+            self.set_run(SUCCEEDED, FALSE, reason::SUPERSEDED, message.clone());
+            self.status.end_time = Some(Time(self.o.now));
+            self.event(false, reason::SUPERSEDED, message);
+            return;
+        }
         if !is_true(&self.status.conditions, INITIALIZED) {
             match self.initialize() {
                 Ok(()) => {}
+                Err((reason::WAITING_FOR_PREVIOUS_RUN, message)) => {
+                    // Not final: initialization is tried again once the earlier run has ended.
+                    let first = find(&self.status.conditions, INITIALIZED)
+                        .is_none_or(|c| c.reason != reason::WAITING_FOR_PREVIOUS_RUN);
+                    self.set_run(
+                        INITIALIZED,
+                        FALSE,
+                        reason::WAITING_FOR_PREVIOUS_RUN,
+                        message.clone(),
+                    );
+                    self.set_run(
+                        PROGRESSING,
+                        FALSE,
+                        reason::WAITING_FOR_PREVIOUS_RUN,
+                        message.clone(),
+                    );
+                    if first {
+                        self.event(false, reason::WAITING_FOR_PREVIOUS_RUN, message);
+                    }
+                    return;
+                }
                 Err((why, message)) => {
                     self.set_run(INITIALIZED, FALSE, why, message.clone());
                     self.set_run(
@@ -384,15 +427,6 @@ impl Planner<'_, '_> {
                 ),
             ));
         }
-        if let Some(other) = o.other_active_runs.first() {
-            return Err((
-                "ConcurrentUpdateRun",
-                format!(
-                    "UpdateRun {other} is still rolling out Placement {}; wait for it to finish (or delete it) and create this run again",
-                    spec.placement_name
-                ),
-            ));
-        }
         for (i, stage) in strategy.stages.iter().enumerate() {
             MaxConcurrency::parse(stage.max_concurrency.as_ref()).map_err(|e| {
                 (
@@ -410,6 +444,17 @@ impl Planner<'_, '_> {
         if let Some(t) = &spec.health_timeout {
             duration::parse(t)
                 .map_err(|e| ("InvalidHealthTimeout", format!("spec.healthTimeout: {e}")))?;
+        }
+        // Checked after validation, so a run that could never start does not stop an earlier
+        // one. The earlier run yields to this one (it sees this run waiting) and ends.
+        if let Some(earlier) = o.earlier_runs.first() {
+            return Err((
+                reason::WAITING_FOR_PREVIOUS_RUN,
+                format!(
+                    "waiting for UpdateRun {earlier}, which this newer run supersedes, to stop rolling out Placement {}",
+                    spec.placement_name
+                ),
+            ));
         }
 
         let selectors: Vec<Option<Selector>> = strategy
@@ -680,8 +725,14 @@ impl Planner<'_, '_> {
                 ClusterProgress::Pending(why) => Err((
                     reason::CLUSTER_HEALTH_TIMEOUT,
                     format!(
-                        "cluster {name} did not become available within {}: {why}",
-                        duration::format(health_timeout)
+                        "cluster {name} did not become available within {}: {why}{}",
+                        duration::format(health_timeout),
+                        self.o
+                            .unhealthy_members
+                            .get(&name)
+                            .map_or(String::new(), |m| {
+                                format!(" (MemberCluster {name} is not healthy: {m})")
+                            })
                     ),
                 )),
                 ClusterProgress::Failed { reason, message } => {

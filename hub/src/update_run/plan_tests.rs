@@ -73,6 +73,9 @@ struct World {
     bindings: Vec<BindingView>,
     works: BTreeMap<String, WorkView>,
     approvals: BTreeMap<String, ApprovalView>,
+    earlier_runs: Vec<String>,
+    later_runs: Vec<String>,
+    unhealthy: BTreeMap<String, String>,
     now: Timestamp,
 }
 
@@ -86,6 +89,9 @@ impl World {
             bindings: Vec::new(),
             works: BTreeMap::new(),
             approvals: BTreeMap::new(),
+            earlier_runs: Vec::new(),
+            later_runs: Vec::new(),
+            unhealthy: BTreeMap::new(),
             now: t(0),
         };
         w.cluster("stage-a", &[("env", "staging")]);
@@ -118,10 +124,12 @@ impl World {
             placement: self.placement.as_ref(),
             snapshot_exists: true,
             cluster_labels: self.labels.clone(),
+            unhealthy_members: self.unhealthy.clone(),
             bindings: self.bindings.clone(),
             works: self.works.clone(),
             approvals: self.approvals.clone(),
-            other_active_runs: Vec::new(),
+            earlier_runs: self.earlier_runs.clone(),
+            later_runs: self.later_runs.clone(),
             now: self.now,
         }
     }
@@ -364,13 +372,72 @@ fn initialization_failures_name_the_object_and_are_final() {
             .2
             .contains("no ResourceSnapshot with index 2")
     );
+    // A run that can never start fails even while another run rolls out (and so never makes
+    // that run yield to it).
     let o = Observed {
-        other_active_runs: vec!["earlier".into()],
-        ..missing_strategy.observed()
+        earlier_runs: vec!["earlier".into()],
+        ..o
     };
-    let (_, reason, message) = run_condition(&plan(&o), INITIALIZED);
-    assert_eq!(reason, "ConcurrentUpdateRun");
-    assert!(message.contains("UpdateRun earlier is still rolling out Placement web"));
+    assert_eq!(
+        run_condition(&plan(&o), INITIALIZED).1,
+        "ResourceSnapshotNotFound"
+    );
+}
+
+#[test]
+fn a_newer_run_waits_for_the_older_one_to_yield_and_then_takes_over() {
+    // The older run is part-way through staging.
+    let mut old = World::new();
+    old.step();
+    assert_eq!(binds(&old.step()), ["stage-a"]);
+
+    // The newer run validates, then waits: not initialized, not failed, no writes.
+    let mut new = World::new();
+    new.run.metadata.name = Some("rollback".into());
+    new.earlier_runs = vec!["r1".into()];
+    let p = new.step();
+    let (status, reason, message) = run_condition(&p, INITIALIZED);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "WaitingForPreviousRun")
+    );
+    assert!(message.contains("waiting for UpdateRun r1"), "{message}");
+    assert!(find(&p.status.conditions, SUCCEEDED).is_none());
+    assert!(p.actions.is_empty());
+    assert_eq!(p.events.len(), 1);
+    // Planning again while still waiting neither repeats the event nor writes anything.
+    let again = new.step();
+    assert!(again.events.is_empty() && again.actions.is_empty());
+
+    // The older run sees it and yields: it ends, superseded, without another write.
+    old.later_runs = vec!["rollback".into()];
+    old.member_ready("stage-a");
+    let p = old.step();
+    assert!(
+        p.actions.is_empty(),
+        "a superseded run writes nothing: {:?}",
+        p.actions
+    );
+    let (status, reason, message) = run_condition(&p, SUCCEEDED);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "UpdateRunSuperseded")
+    );
+    assert!(
+        message.contains("superseded by UpdateRun rollback"),
+        "{message}"
+    );
+    assert!(p.status.end_time.is_some());
+    assert!(
+        old.step().actions.is_empty(),
+        "a superseded run stays ended"
+    );
+
+    // Once the older run has ended, the newer one initializes and starts.
+    new.earlier_runs.clear();
+    let p = new.step();
+    assert!(is_true(&p.status.conditions, INITIALIZED));
+    assert_eq!(binds(&new.step()), ["stage-a"]);
 }
 
 #[test]
@@ -538,6 +605,23 @@ fn a_failed_cluster_stops_the_run_until_it_recovers() {
         SUCCEEDED
     ));
     assert_eq!(run_condition(&p, PROGRESSING).1, "UpdateRunWaiting");
+}
+
+#[test]
+fn a_timeout_on_a_member_whose_agent_is_silent_says_so() {
+    let mut w = World::new();
+    w.step();
+    w.unhealthy.insert(
+        "stage-a".into(),
+        "no heartbeat for 47s (expected every 5s)".into(),
+    );
+    w.now = t(300);
+    let (_, reason, message) = run_condition(&w.step(), PROGRESSING);
+    assert_eq!(reason, "ClusterUpdateFailed");
+    assert!(
+        message.contains("cluster stage-a did not become available within 5m: waiting for the member agent to apply the Work (MemberCluster stage-a is not healthy: no heartbeat for 47s"),
+        "{message}"
+    );
 }
 
 #[test]

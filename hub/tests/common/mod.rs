@@ -17,6 +17,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
+pub mod real;
+
 pub const TIMEOUT: Duration = Duration::from_secs(120);
 
 /// One test's objects, all named after a unique id.
