@@ -76,9 +76,30 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
     use kube::runtime::WatchStreamExt;
-    kube::runtime::watcher(api, watcher_config())
-        .backoff(watch_backoff())
-        .touched_objects()
+    touched_after_sync(kube::runtime::watcher(api, watcher_config()).backoff(watch_backoff()))
+}
+
+/// Like [`watch_stream`], and keeps `writer`'s store of `api`'s objects current: a trigger whose
+/// reconciles read that store (objects of a re-list come once the store holds them).
+pub fn reflected_stream<K>(
+    api: kube::Api<K>,
+    writer: kube::runtime::reflector::store::Writer<K>,
+) -> impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    use kube::runtime::WatchStreamExt;
+    touched_after_sync(
+        kube::runtime::watcher(api, watcher_config())
+            .backoff(watch_backoff())
+            .reflect(writer),
+    )
 }
 
 /// A controller of `api`'s objects whose own watch uses [`watcher_config`] and [`watch_backoff`].
@@ -94,9 +115,114 @@ where
 {
     use kube::runtime::WatchStreamExt;
     let (reader, writer) = kube::runtime::reflector::store();
-    let stream = kube::runtime::watcher(api, watcher_config())
+    let events = kube::runtime::watcher(api, watcher_config())
         .backoff(watch_backoff())
-        .reflect(writer)
-        .applied_objects();
-    kube::runtime::Controller::for_stream(stream, reader)
+        .reflect(writer);
+    kube::runtime::Controller::for_stream(synced_objects(events, false), reader)
+}
+
+/// The objects that a watcher's `events` touch (changed or deleted), like kube's
+/// `touched_objects()`, except that the objects of a (re-)list come only once the list is
+/// complete. A reflector fed by the same events swaps its new state in at that moment, so a
+/// reconcile triggered by a re-list sees the listed objects in every store. (With
+/// `touched_objects()` the trigger came first: after an API server restart, an approval made
+/// during the outage triggered a reconcile that still saw the old approval in the store, and
+/// nothing triggered it again until some other change, 80 s later in the fault test.)
+pub fn touched_after_sync<K, S>(
+    events: S,
+) -> impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send
+where
+    K: Send,
+    S: futures::Stream<
+            Item = Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>,
+        > + Send,
+{
+    synced_objects(events, true)
+}
+
+fn synced_objects<K, S>(
+    events: S,
+    deleted_too: bool,
+) -> impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send
+where
+    K: Send,
+    S: futures::Stream<
+            Item = Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>,
+        > + Send,
+{
+    use futures::StreamExt;
+    use kube::runtime::watcher::Event;
+    events
+        .scan(Vec::new(), move |listed, event| {
+            let out: Vec<Result<K, kube::runtime::watcher::Error>> = match event {
+                Ok(Event::Apply(o)) => vec![Ok(o)],
+                Ok(Event::Delete(o)) if deleted_too => vec![Ok(o)],
+                Ok(Event::Delete(_)) => Vec::new(),
+                Ok(Event::Init) => {
+                    listed.clear();
+                    Vec::new()
+                }
+                Ok(Event::InitApply(o)) => {
+                    listed.push(o);
+                    Vec::new()
+                }
+                Ok(Event::InitDone) => std::mem::take(listed).into_iter().map(Ok).collect(),
+                Err(e) => vec![Err(e)],
+            };
+            futures::future::ready(Some(futures::stream::iter(out)))
+        })
+        .flatten()
+}
+
+#[cfg(test)]
+mod synced_objects_tests {
+    use futures::StreamExt;
+    use kube::runtime::watcher::Event;
+
+    #[tokio::test]
+    async fn listed_objects_come_after_the_list_is_complete() {
+        let events = futures::stream::iter(vec![
+            Ok(Event::Apply(1)),
+            Ok(Event::Init),
+            Ok(Event::InitApply(2)),
+            Ok(Event::InitApply(3)),
+            Ok(Event::Delete(4)),
+            Ok(Event::InitDone),
+            Ok(Event::Delete(5)),
+        ]);
+        // Everything up to InitDone is yielded at InitDone, in order.
+        let got: Vec<i32> = super::touched_after_sync(events)
+            .map(|r| r.unwrap())
+            .collect()
+            .await;
+        assert_eq!(got, [1, 4, 2, 3, 5]);
+        let only_applied = futures::stream::iter(vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(2)),
+            Ok(Event::Delete(4)),
+            Ok(Event::InitDone),
+            Ok(Event::Apply(6)),
+        ]);
+        let got: Vec<i32> = super::synced_objects(only_applied, false)
+            .map(|r| r.unwrap())
+            .collect()
+            .await;
+        assert_eq!(got, [2, 6]);
+    }
+
+    #[tokio::test]
+    async fn an_interrupted_list_starts_over() {
+        let events = futures::stream::iter(vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(1)),
+            Ok(Event::Init),
+            Ok(Event::InitApply(2)),
+            Ok(Event::InitDone),
+        ]);
+        let got: Vec<i32> = super::touched_after_sync(events)
+            .map(|r| r.unwrap())
+            .collect()
+            .await;
+        assert_eq!(got, [2]);
+    }
 }

@@ -158,20 +158,12 @@ pub async fn run(
 ) {
     let (bindings, bindings_writer) = reflector::store::<Binding>();
     let (members, members_writer) = reflector::store::<MemberCluster>();
-    let binding_stream = watcher(
-        Api::<Binding>::all(client.clone()),
-        fleethub_runtime::watcher_config(),
-    )
-    .backoff(fleethub_runtime::watch_backoff())
-    .reflect(bindings_writer)
-    .touched_objects();
-    let member_stream = watcher(
+    let binding_stream =
+        fleethub_runtime::reflected_stream(Api::<Binding>::all(client.clone()), bindings_writer);
+    let member_stream = fleethub_runtime::reflected_stream(
         Api::<MemberCluster>::all(client.clone()),
-        fleethub_runtime::watcher_config(),
-    )
-    .backoff(fleethub_runtime::watch_backoff())
-    .reflect(members_writer)
-    .touched_objects();
+        members_writer,
+    );
 
     let controller = fleethub_runtime::controller_for(Api::<Placement>::all(client.clone()));
     let placements = controller.store();

@@ -17,8 +17,8 @@ use futures::StreamExt;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -56,24 +56,19 @@ pub async fn run(
     let (bindings, bindings_writer) = reflector::store::<Binding>();
     let (approvals, approvals_writer) = reflector::store::<ApprovalRequest>();
     let (members, members_writer) = reflector::store::<MemberCluster>();
-    let cfg = fleethub_runtime::watcher_config;
 
-    let work_stream = watcher(Api::<Work>::all(client.clone()), cfg())
-        .backoff(fleethub_runtime::watch_backoff())
-        .reflect(works_writer)
-        .touched_objects();
-    let binding_stream = watcher(Api::<Binding>::all(client.clone()), cfg())
-        .backoff(fleethub_runtime::watch_backoff())
-        .reflect(bindings_writer)
-        .touched_objects();
-    let approval_stream = watcher(Api::<ApprovalRequest>::all(client.clone()), cfg())
-        .backoff(fleethub_runtime::watch_backoff())
-        .reflect(approvals_writer)
-        .touched_objects();
-    let member_stream = watcher(Api::<MemberCluster>::all(client.clone()), cfg())
-        .backoff(fleethub_runtime::watch_backoff())
-        .reflect(members_writer)
-        .touched_objects();
+    let work_stream =
+        fleethub_runtime::reflected_stream(Api::<Work>::all(client.clone()), works_writer);
+    let binding_stream =
+        fleethub_runtime::reflected_stream(Api::<Binding>::all(client.clone()), bindings_writer);
+    let approval_stream = fleethub_runtime::reflected_stream(
+        Api::<ApprovalRequest>::all(client.clone()),
+        approvals_writer,
+    );
+    let member_stream = fleethub_runtime::reflected_stream(
+        Api::<MemberCluster>::all(client.clone()),
+        members_writer,
+    );
 
     let controller = fleethub_runtime::controller_for(Api::<UpdateRun>::all(client.clone()));
     let runs = controller.store();
@@ -91,9 +86,7 @@ pub async fn run(
     let for_run = by_placement(runs.clone());
     // A run's change concerns the other runs of its placement: a newer run supersedes them,
     // and a run that ended lets a waiting newer one start.
-    let sibling_stream = watcher(Api::<UpdateRun>::all(client.clone()), cfg())
-        .backoff(fleethub_runtime::watch_backoff())
-        .touched_objects();
+    let sibling_stream = fleethub_runtime::watch_stream(Api::<UpdateRun>::all(client.clone()));
     let runs_for_gauge = runs.clone();
     let ctx = Arc::new(Context {
         metrics: metrics.clone(),
