@@ -279,11 +279,13 @@ async fn a_run_converges_across_a_hub_api_server_restart() {
     let api: Api<fleethub_crds::ApprovalRequest> = Api::all(fleet.hub().await.unwrap());
     common::approve(&api, &gate).await.unwrap();
     let runs: Api<UpdateRun> = Api::all(fleet.hub().await.unwrap());
+    // Generous: after a restart every watcher of the hub and the agents re-lists (their resource
+    // versions predate the new server's watch cache), which takes long on a loaded machine.
     let done = wait_for(
         &runs,
         &run,
         "the run to succeed",
-        TIMEOUT,
+        3 * TIMEOUT,
         common::succeeded,
     )
     .await
