@@ -55,6 +55,7 @@ pub async fn run(
     let (works, works_writer) = reflector::store::<Work>();
     let (bindings, bindings_writer) = reflector::store::<Binding>();
     let (approvals, approvals_writer) = reflector::store::<ApprovalRequest>();
+    metrics.count_approvals_in(approvals.clone());
     let (members, members_writer) = reflector::store::<MemberCluster>();
     let cfg = fleethub_runtime::watcher_config;
 
