@@ -104,6 +104,7 @@ async fn main() -> anyhow::Result<()> {
         } else {
             tracing::info!("leader election is off: running the controllers");
             metrics.leader.set(1);
+            metrics.zero_fleet_state();
             let stop = shutdown.child_token();
             stop_within(SHUTDOWN_GRACE, controllers(stop.clone()), &shutdown).await;
         }
@@ -170,6 +171,7 @@ async fn lead_while_elected<F, Fut>(
     Fut: std::future::Future<Output = ()>,
 {
     while elector.acquire(shutdown).await {
+        metrics.zero_fleet_state();
         let stop = CancellationToken::new();
         let term = controllers(stop.clone());
         tokio::pin!(term);

@@ -54,6 +54,24 @@ pub enum RunState {
     Failed,
 }
 
+impl RunState {
+    /// Every state, in the order of the lifecycle.
+    pub const ALL: [RunState; 7] = [
+        RunState::Pending,
+        RunState::Progressing,
+        RunState::Waiting,
+        RunState::Stopped,
+        RunState::Blocked,
+        RunState::Succeeded,
+        RunState::Failed,
+    ];
+}
+
+/// The hub's controllers, as named in metric labels.
+pub const CONTROLLERS: [&str; 4] = ["membership", "placement", "update-run", "work-generator"];
+/// Kinds of reconcile errors, as named in metric labels (see `Error::metric_label`).
+pub const ERROR_KINDS: [&str; 4] = ["conflict", "kube", "invalid", "watch"];
+
 /// Labels of the runs gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RunStateLabels {
@@ -221,7 +239,26 @@ impl Metrics {
             m.leader.clone(),
         );
         registry.register_collector(Box::new(m.live.clone()));
+        // Every series exists from the start (at 0), so rate() and alerts see the first error.
+        for controller in CONTROLLERS {
+            let _ = m.reconciles.get_or_create(&ControllerLabels { controller });
+            for error in ERROR_KINDS {
+                let _ = m
+                    .reconcile_errors
+                    .get_or_create(&ErrorLabels { controller, error });
+            }
+        }
         m
+    }
+
+    /// This process became the leader: the runs-by-state gauge starts at 0 for every state
+    /// until the update-run controller counts its cache.
+    pub fn zero_fleet_state(&self) {
+        for state in RunState::ALL {
+            self.update_runs
+                .get_or_create(&RunStateLabels { state })
+                .set(0);
+        }
     }
 
     /// Lets the member-health gauge count the MemberClusters in `store` (this term's cache).

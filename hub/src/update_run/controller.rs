@@ -148,17 +148,8 @@ fn state_of(run: &UpdateRun) -> RunState {
 
 /// Sets the runs-by-state gauge from the cache of runs.
 fn count_runs(metrics: &Metrics, runs: &Store<UpdateRun>) {
-    const STATES: [RunState; 7] = [
-        RunState::Pending,
-        RunState::Progressing,
-        RunState::Waiting,
-        RunState::Stopped,
-        RunState::Blocked,
-        RunState::Succeeded,
-        RunState::Failed,
-    ];
     let all = runs.state();
-    for state in STATES {
+    for state in RunState::ALL {
         let n = all.iter().filter(|r| state_of(r) == state).count();
         metrics
             .update_runs
