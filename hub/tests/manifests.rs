@@ -287,3 +287,51 @@ async fn every_exported_metric_is_documented() {
         "deploy/monitoring/README.md does not document {undocumented:?}"
     );
 }
+
+/// The Dockerfiles cannot be built here (no container engine); check what can go wrong
+/// silently: the binary built is the one the image runs, it exists in the workspace, and the
+/// image's user is the non-root UID the manifests run it as.
+#[test]
+fn dockerfiles_build_the_binaries_the_manifests_run() {
+    let hub_uid = render("deploy/hub")
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .map(|d| d["spec"]["template"]["spec"]["securityContext"]["runAsUser"].clone())
+        .unwrap();
+    assert_eq!(hub_uid, 65532);
+    for (dockerfile, package, bin) in [
+        ("hub/Dockerfile", "hub/Cargo.toml", "fleethub-hub"),
+        (
+            "member-agent/Dockerfile",
+            "member-agent/Cargo.toml",
+            "fleethub-member-agent",
+        ),
+    ] {
+        let text = std::fs::read_to_string(path(dockerfile)).unwrap();
+        let manifest = std::fs::read_to_string(path(package)).unwrap();
+        assert!(
+            manifest.contains(&format!("name = \"{bin}\"")),
+            "{package} has no binary {bin}"
+        );
+        assert!(
+            text.contains(&format!(
+                "cargo build --locked --release -p {bin} --bin {bin}"
+            )),
+            "{dockerfile} builds {bin}"
+        );
+        let last_from = text
+            .lines()
+            .filter(|l| l.starts_with("FROM "))
+            .last()
+            .unwrap();
+        assert!(
+            last_from.contains("distroless") && last_from.contains(":nonroot"),
+            "{dockerfile}: {last_from}"
+        );
+        assert!(text.contains("USER 65532:65532"), "{dockerfile}");
+        assert!(
+            text.contains(&format!("ENTRYPOINT [\"/usr/local/bin/{bin}\"]")),
+            "{dockerfile}"
+        );
+    }
+}
