@@ -319,11 +319,7 @@ fn dockerfiles_build_the_binaries_the_manifests_run() {
             )),
             "{dockerfile} builds {bin}"
         );
-        let last_from = text
-            .lines()
-            .filter(|l| l.starts_with("FROM "))
-            .last()
-            .unwrap();
+        let last_from = text.lines().rfind(|l| l.starts_with("FROM ")).unwrap();
         assert!(
             last_from.contains("distroless") && last_from.contains(":nonroot"),
             "{dockerfile}: {last_from}"

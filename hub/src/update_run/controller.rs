@@ -186,6 +186,15 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
     if finished(&run) || run.metadata.deletion_timestamp.is_some() {
         return Ok(Requeue::await_change());
     }
+    // Plan only on complete caches: right after a (re)start or a change of leader, a run
+    // initialized on a cache still being filled would see clusters missing.
+    tokio::try_join!(
+        ctx.members.wait_until_ready(),
+        ctx.bindings.wait_until_ready(),
+        ctx.works.wait_until_ready(),
+        ctx.approvals.wait_until_ready()
+    )
+    .map_err(|e| Error::Invalid(format!("update-run caches closed: {e}")))?;
     let placement_name = run.spec.placement_name.clone();
 
     let (strategy, placement, snapshot_exists) = if initialized(&run) {
