@@ -1,6 +1,7 @@
 //! The fleethub hub controller manager: connects to the hub cluster, waits until the fleethub CRDs
-//! are served, then runs the controllers (the staged-update engine and the work generator) and
-//! serves `/healthz`, `/readyz` and `/metrics` until SIGTERM.
+//! are served, then runs the controllers (the staged-update engine and the work generator) while
+//! it holds the leader-election Lease (see `leader.rs`), and serves `/healthz`, `/readyz` and
+//! `/metrics` until SIGTERM. A standby replica is ready: it is healthy and able to take over.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
