@@ -3,6 +3,7 @@
 
 pub use fleethub_runtime::clock;
 mod error;
+pub mod leader;
 pub mod membership;
 pub mod metrics;
 pub mod placement;

@@ -1,6 +1,7 @@
 //! The fleethub hub controller manager: connects to the hub cluster, waits until the fleethub CRDs
-//! are served, then runs the controllers (the staged-update engine and the work generator) and
-//! serves `/healthz`, `/readyz` and `/metrics` until SIGTERM.
+//! are served, then runs the controllers (the staged-update engine and the work generator) while
+//! it holds the leader-election Lease (see `leader.rs`), and serves `/healthz`, `/readyz` and
+//! `/metrics` until SIGTERM. A standby replica is ready: it is healthy and able to take over.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -9,15 +10,19 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Parser;
 use fleethub_hub::clock::{Clock, SystemClock};
+use fleethub_hub::leader::{LeaderElectionArgs, LeaderElector};
 use fleethub_hub::metrics::Metrics;
 use fleethub_hub::{membership, placement, update_run, work_generator};
 use fleethub_runtime::logging;
 use fleethub_runtime::process::{ProcessArgs, register_build_info};
 use fleethub_runtime::{Health, kubeconfig, probe};
 use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
 
 /// How long controllers may take to finish in-flight reconciles after SIGTERM.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long controllers may take to stop after this hub lost the leader-election lease.
+const LOST_LEASE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Kinds the hub needs served by the hub API server.
 const KINDS: &[&str] = &[
@@ -41,6 +46,8 @@ struct Args {
     /// A member is marked Healthy=False once its agent missed this many heartbeat periods.
     #[arg(long, env = "FLEETHUB_HEARTBEAT_STALE_MULTIPLE", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
     heartbeat_stale_multiple: u32,
+    #[command(flatten)]
+    leader_election: LeaderElectionArgs,
     #[command(flatten)]
     process: ProcessArgs,
 }
@@ -74,46 +81,33 @@ async fn main() -> anyhow::Result<()> {
     {
         tracing::info!(hub_version = %version, "connected to the hub; fleethub API is served; starting controllers");
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let controllers = async {
-            tokio::join!(
-                membership::run(
-                    client.clone(),
-                    clock.clone(),
-                    args.heartbeat_stale_multiple,
-                    metrics.clone(),
-                    shutdown.clone()
-                ),
-                placement::controller::run(
-                    client.clone(),
-                    clock.clone(),
-                    metrics.clone(),
-                    shutdown.clone()
-                ),
-                update_run::controller::run(
-                    client.clone(),
-                    clock.clone(),
-                    metrics.clone(),
-                    shutdown.clone()
-                ),
-                work_generator::run(
-                    client.clone(),
-                    clock.clone(),
-                    metrics.clone(),
-                    shutdown.clone()
-                ),
+        let controllers = |stop: CancellationToken| {
+            run_controllers(
+                client.clone(),
+                clock.clone(),
+                args.heartbeat_stale_multiple,
+                metrics.clone(),
+                stop,
             )
         };
-        tokio::pin!(controllers);
-        tokio::select! {
-            _ = &mut controllers => {}
-            _ = shutdown.cancelled() => {
-                // Let in-flight reconciles finish, but do not hang: a controller whose caches
-                // have not synced yet does not notice the shutdown (kube-runtime holds it until
-                // its store is ready). Everything is in the API server, so nothing is lost.
-                if tokio::time::timeout(SHUTDOWN_GRACE, &mut controllers).await.is_err() {
-                    tracing::warn!(grace = ?SHUTDOWN_GRACE, "controllers did not stop in time; exiting anyway");
-                }
-            }
+        if args.leader_election.leader_elect {
+            let config = args
+                .leader_election
+                .config()
+                .map_err(|e| anyhow::anyhow!("leader election: {e}"))?;
+            let mut elector = LeaderElector::new(
+                client.clone(),
+                config,
+                clock.clone(),
+                metrics.leader.clone(),
+            );
+            lead_while_elected(&mut elector, &metrics, &shutdown, controllers).await;
+        } else {
+            tracing::info!("leader election is off: running the controllers");
+            metrics.leader.set(1);
+            metrics.zero_fleet_state();
+            let stop = shutdown.child_token();
+            stop_within(SHUTDOWN_GRACE, controllers(stop.clone()), &shutdown).await;
         }
     }
 
@@ -121,4 +115,89 @@ async fn main() -> anyhow::Result<()> {
     server.await.context("health server task")??;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Runs every controller until `stop` is cancelled.
+async fn run_controllers(
+    client: kube::Client,
+    clock: Arc<dyn Clock>,
+    heartbeat_stale_multiple: u32,
+    metrics: Metrics,
+    stop: CancellationToken,
+) {
+    tokio::join!(
+        membership::run(
+            client.clone(),
+            clock.clone(),
+            heartbeat_stale_multiple,
+            metrics.clone(),
+            stop.clone()
+        ),
+        placement::controller::run(client.clone(), clock.clone(), metrics.clone(), stop.clone()),
+        update_run::controller::run(client.clone(), clock.clone(), metrics.clone(), stop.clone()),
+        work_generator::run(client.clone(), clock.clone(), metrics.clone(), stop.clone()),
+    );
+}
+
+/// Runs `controllers` until `cancel` fires, then lets in-flight reconciles finish within `grace`
+/// but does not hang: a controller whose caches have not synced yet does not notice the stop
+/// (kube-runtime holds it until its store is ready); dropping it cancels its reconciles, and
+/// everything is in the API server, so nothing is lost.
+async fn stop_within(
+    grace: std::time::Duration,
+    controllers: impl std::future::Future<Output = ()>,
+    cancel: &CancellationToken,
+) {
+    tokio::pin!(controllers);
+    tokio::select! {
+        _ = &mut controllers => {}
+        _ = cancel.cancelled() => {
+            if tokio::time::timeout(grace, &mut controllers).await.is_err() {
+                tracing::warn!(?grace, "controllers did not stop in time; dropping them");
+            }
+        }
+    }
+}
+
+/// Leader election: stands by until this process holds the lease, runs the controllers while it
+/// does, stops them at once when it loses the lease (and stands by again), and releases the lease
+/// on shutdown so a standby takes over without waiting for it to expire.
+async fn lead_while_elected<F, Fut>(
+    elector: &mut LeaderElector,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+    controllers: F,
+) where
+    F: Fn(CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    while elector.acquire(shutdown).await {
+        metrics.zero_fleet_state();
+        let stop = CancellationToken::new();
+        let term = controllers(stop.clone());
+        tokio::pin!(term);
+        tokio::select! {
+            _ = &mut term => {
+                // Controllers only return when stopped; never keep the lease without them.
+                tracing::error!("controllers stopped unexpectedly; giving up the lease");
+                elector.release().await;
+            }
+            lost = elector.hold() => {
+                // Stop before anyone else may take over: the renew deadline is shorter than the
+                // lease duration by more than this grace.
+                stop.cancel();
+                stop_within(LOST_LEASE_GRACE, &mut term, &stop).await;
+                tracing::warn!(reason = %lost, "stopped reconciling; standing by to lead again");
+            }
+            _ = shutdown.cancelled() => {
+                stop.cancel();
+                stop_within(SHUTDOWN_GRACE, &mut term, &stop).await;
+                elector.release().await;
+            }
+        }
+        metrics.forget_fleet_state();
+        if shutdown.is_cancelled() {
+            break;
+        }
+    }
 }

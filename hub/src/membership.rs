@@ -135,7 +135,9 @@ pub async fn run(
     metrics: Metrics,
     shutdown: CancellationToken,
 ) {
-    fleethub_runtime::controller_for(Api::<MemberCluster>::all(client.clone()))
+    let controller = fleethub_runtime::controller_for(Api::<MemberCluster>::all(client.clone()));
+    metrics.count_members_in(controller.store());
+    controller
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(
             reconcile,

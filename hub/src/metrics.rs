@@ -1,9 +1,20 @@
 //! The hub's Prometheus metrics (prefix `fleethub_hub_`).
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use fleethub_crds::approval::APPROVED;
+use fleethub_crds::conditions::{find, is_true};
+use fleethub_crds::member_cluster::HEALTHY;
+use fleethub_crds::{ApprovalRequest, MemberCluster};
+use jiff::Timestamp;
+use kube::runtime::reflector::Store;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric,
+};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -43,6 +54,24 @@ pub enum RunState {
     Failed,
 }
 
+impl RunState {
+    /// Every state, in the order of the lifecycle.
+    pub const ALL: [RunState; 7] = [
+        RunState::Pending,
+        RunState::Progressing,
+        RunState::Waiting,
+        RunState::Stopped,
+        RunState::Blocked,
+        RunState::Succeeded,
+        RunState::Failed,
+    ];
+}
+
+/// The hub's controllers, as named in metric labels.
+pub const CONTROLLERS: [&str; 4] = ["membership", "placement", "update-run", "work-generator"];
+/// Kinds of reconcile errors, as named in metric labels (see `Error::metric_label`).
+pub const ERROR_KINDS: [&str; 4] = ["conflict", "kube", "invalid", "watch"];
+
 /// Labels of the runs gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RunStateLabels {
@@ -65,6 +94,104 @@ pub struct Metrics {
     pub stage_seconds: Histogram,
     /// Seconds an ApprovalRequest waited for a person.
     pub approval_wait_seconds: Histogram,
+    /// 1 while this process holds the leader-election lease (and runs the controllers).
+    pub leader: Gauge,
+    live: Arc<Live>,
+}
+
+/// Gauges computed when scraped from the leader's caches: member health and pending approvals.
+/// Empty on a standby (it has no caches), so alerts see exactly one value per fleet.
+#[derive(Debug, Default)]
+struct Live {
+    members: Mutex<Option<Store<MemberCluster>>>,
+    approvals: Mutex<Option<Store<ApprovalRequest>>>,
+}
+
+/// Members by the status of their `Healthy` condition (`True`, `False`, `Unknown`).
+pub fn members_by_health(members: &[Arc<MemberCluster>]) -> [(&'static str, i64); 3] {
+    let mut counts = [("True", 0), ("False", 0), ("Unknown", 0)];
+    for m in members {
+        let status = m
+            .status
+            .as_ref()
+            .and_then(|s| find(&s.conditions, HEALTHY))
+            .map_or("Unknown", |c| c.status.as_str());
+        let i = match status {
+            "True" => 0,
+            "False" => 1,
+            _ => 2,
+        };
+        counts[i].1 += 1;
+    }
+    counts
+}
+
+/// Approval requests not approved yet, and the age in seconds of the oldest one at `now`.
+pub fn pending_approvals(approvals: &[Arc<ApprovalRequest>], now: Timestamp) -> (i64, f64) {
+    let pending: Vec<&Arc<ApprovalRequest>> = approvals
+        .iter()
+        .filter(|a| a.metadata.deletion_timestamp.is_none())
+        .filter(|a| {
+            !a.status
+                .as_ref()
+                .is_some_and(|s| is_true(&s.conditions, APPROVED))
+        })
+        .collect();
+    let oldest = pending
+        .iter()
+        .filter_map(|a| a.metadata.creation_timestamp.as_ref())
+        .map(|t| now.duration_since(t.0).as_secs_f64().max(0.0))
+        .fold(0.0, f64::max);
+    (pending.len() as i64, oldest)
+}
+
+impl Collector for Live {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let members = self
+            .members
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|s| s.state());
+        if let Some(members) = members {
+            let family = Family::<Vec<(String, String)>, Gauge>::default();
+            for (status, n) in members_by_health(&members) {
+                family
+                    .get_or_create(&vec![("healthy".to_string(), status.to_string())])
+                    .set(n);
+            }
+            family.encode(encoder.encode_descriptor(
+                "member_clusters",
+                "MemberClusters by the status of their Healthy condition (True, False, Unknown)",
+                None,
+                family.metric_type(),
+            )?)?;
+        }
+        let approvals = self
+            .approvals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|s| s.state());
+        if let Some(approvals) = approvals {
+            let (pending, oldest) = pending_approvals(&approvals, Timestamp::now());
+            let gauge = ConstGauge::new(pending);
+            gauge.encode(encoder.encode_descriptor(
+                "approvals_pending",
+                "ApprovalRequests not approved yet",
+                None,
+                gauge.metric_type(),
+            )?)?;
+            let gauge = ConstGauge::new(oldest);
+            gauge.encode(encoder.encode_descriptor(
+                "approval_oldest_pending_seconds",
+                "Age of the oldest ApprovalRequest not approved yet (0 when none waits)",
+                None,
+                gauge.metric_type(),
+            )?)?;
+        }
+        Ok(())
+    }
 }
 
 impl Metrics {
@@ -77,6 +204,8 @@ impl Metrics {
             cluster_update_seconds: Histogram::new(exponential_buckets(0.25, 2.0, 14)),
             stage_seconds: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
             approval_wait_seconds: Histogram::new(exponential_buckets(1.0, 2.0, 18)),
+            leader: Gauge::default(),
+            live: Arc::new(Live::default()),
         };
         registry.register(
             "reconciles",
@@ -104,7 +233,66 @@ impl Metrics {
             "Seconds an ApprovalRequest waited for approval",
             m.approval_wait_seconds.clone(),
         );
+        registry.register(
+            "leader",
+            "1 while this hub holds the leader-election lease and runs the controllers",
+            m.leader.clone(),
+        );
+        registry.register_collector(Box::new(m.live.clone()));
+        // Every series exists from the start (at 0), so rate() and alerts see the first error.
+        for controller in CONTROLLERS {
+            let _ = m.reconciles.get_or_create(&ControllerLabels { controller });
+            for error in ERROR_KINDS {
+                let _ = m
+                    .reconcile_errors
+                    .get_or_create(&ErrorLabels { controller, error });
+            }
+        }
         m
+    }
+
+    /// This process became the leader: the runs-by-state gauge starts at 0 for every state
+    /// until the update-run controller counts its cache.
+    pub fn zero_fleet_state(&self) {
+        for state in RunState::ALL {
+            self.update_runs
+                .get_or_create(&RunStateLabels { state })
+                .set(0);
+        }
+    }
+
+    /// Lets the member-health gauge count the MemberClusters in `store` (this term's cache).
+    pub fn count_members_in(&self, store: Store<MemberCluster>) {
+        *self
+            .live
+            .members
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(store);
+    }
+
+    /// Lets the pending-approval gauges read the ApprovalRequests in `store`.
+    pub fn count_approvals_in(&self, store: Store<ApprovalRequest>) {
+        *self
+            .live
+            .approvals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(store);
+    }
+
+    /// Drops the gauges that describe the fleet: this process stopped leading, and only the
+    /// leader's view is current.
+    pub fn forget_fleet_state(&self) {
+        *self
+            .live
+            .members
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+        *self
+            .live
+            .approvals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+        self.update_runs.clear();
     }
 
     /// Counts one result of `controller`'s reconcile stream.
@@ -131,5 +319,100 @@ impl Metrics {
                 .get_or_create(&ErrorLabels { controller, error })
                 .inc();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fleethub_crds::approval::ApprovalRequestSpec;
+    use fleethub_crds::member_cluster::{MemberClusterSpec, MemberClusterStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    fn condition(type_: &str, status: &str) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: "Test".into(),
+            message: String::new(),
+            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+            observed_generation: None,
+        }
+    }
+
+    #[test]
+    fn members_are_counted_by_their_healthy_condition() {
+        let member = |status: Option<&str>| {
+            let mut m = MemberCluster::new("m", MemberClusterSpec::default());
+            m.status = status.map(|s| MemberClusterStatus {
+                conditions: vec![condition(HEALTHY, s)],
+                ..Default::default()
+            });
+            Arc::new(m)
+        };
+        let members = [
+            member(Some("True")),
+            member(Some("True")),
+            member(Some("False")),
+            member(None),
+        ];
+        assert_eq!(
+            members_by_health(&members),
+            [("True", 2), ("False", 1), ("Unknown", 1)]
+        );
+    }
+
+    #[test]
+    fn only_unapproved_requests_are_pending_and_the_oldest_counts() {
+        let t = |s: i64| Timestamp::from_second(1_800_000_000 + s).unwrap();
+        let request = |created: i64, approved: bool| {
+            let mut a = ApprovalRequest::new(
+                "r",
+                ApprovalRequestSpec {
+                    parent_stage_rollout: "run".into(),
+                    target_stage: "canary".into(),
+                },
+            );
+            a.metadata.creation_timestamp = Some(Time(t(created)));
+            if approved {
+                a.status = Some(fleethub_crds::approval::ApprovalRequestStatus {
+                    conditions: vec![condition(APPROVED, "True")],
+                });
+            }
+            Arc::new(a)
+        };
+        assert_eq!(pending_approvals(&[], t(0)), (0, 0.0));
+        let all = [request(0, true), request(100, false), request(400, false)];
+        assert_eq!(pending_approvals(&all, t(1000)), (2, 900.0));
+    }
+
+    #[test]
+    fn fleet_gauges_are_exported_only_while_caches_are_attached() {
+        use prometheus_client::encoding::text::encode;
+        let mut registry = Registry::with_prefix("fleethub_hub");
+        let m = Metrics::new(&mut registry);
+        m.leader.set(1);
+        let text = |r: &Registry| {
+            let mut s = String::new();
+            encode(&mut s, r).unwrap();
+            s
+        };
+        let before = text(&registry);
+        assert!(before.contains("fleethub_hub_leader 1"), "{before}");
+        assert!(!before.contains("member_clusters"), "{before}");
+        let (members, _writer) = kube::runtime::reflector::store::<MemberCluster>();
+        let (approvals, _writer) = kube::runtime::reflector::store::<ApprovalRequest>();
+        m.count_members_in(members);
+        m.count_approvals_in(approvals);
+        let during = text(&registry);
+        for want in [
+            "fleethub_hub_member_clusters{healthy=\"False\"} 0",
+            "fleethub_hub_approvals_pending 0",
+            "fleethub_hub_approval_oldest_pending_seconds 0",
+        ] {
+            assert!(during.contains(want), "missing {want:?} in\n{during}");
+        }
+        m.forget_fleet_state();
+        assert!(!text(&registry).contains("member_clusters"));
     }
 }

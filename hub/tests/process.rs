@@ -1,5 +1,6 @@
-//! The hub binary against the real hub API server: ready once the fleethub API is served, not
-//! ready (with a reason) where it is not, metrics exposed, clean exit on SIGTERM.
+//! The hub binary against the real hub API server: ready once the fleethub API is served (also
+//! as a leader-election standby, next to the fleet's leading hub), not ready (with a reason)
+//! where it is not, metrics exposed, clean exit on SIGTERM.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -11,6 +12,8 @@ fn start_hub(kubeconfig: &std::path::Path, port: u16) -> Child {
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(["--listen", &format!("127.0.0.1:{port}")])
+        // The fleet's own hub holds the default lease: this one stands by (see leader_election.rs).
+        .args(["--leader-election-identity", "process-test-hub"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -74,6 +77,8 @@ async fn hub_becomes_ready_serves_metrics_and_stops_on_sigterm() {
         metrics.contains("fleethub_hub_build_info{version=\"0.1.0\"} 1"),
         "{metrics}"
     );
+    // Ready while standing by: the fleet's hub leads.
+    assert!(metrics.contains("fleethub_hub_leader 0"), "{metrics}");
     assert_eq!(
         http_get(([127, 0, 0, 1], port).into(), "/healthz")
             .await
@@ -85,7 +90,7 @@ async fn hub_becomes_ready_serves_metrics_and_stops_on_sigterm() {
     let (status, log) = sigterm_and_wait(hub);
     assert!(status.success(), "exit {status:?}; log:\n{log}");
     assert!(
-        log.contains("shutting down") && log.contains("stopped"),
+        log.contains("standing by") && log.contains("shutting down") && log.contains("stopped"),
         "{log}"
     );
 }
@@ -102,7 +107,7 @@ async fn hub_is_not_ready_where_the_fleethub_api_is_missing() {
         || async {
             readyz(port)
                 .await
-                .filter(|(_, body)| body.contains("hub-api:"))
+                .filter(|(_, body)| body.contains("hub-api: fleethub.dev"))
         },
     )
     .await

@@ -120,6 +120,12 @@ impl Metrics {
             m.last_heartbeat.clone(),
         );
         registry.register_collector(Box::new(m.live.clone()));
+        // Both results exist from the start (at 0), so rate() and alerts see the first failure.
+        for ok in [true, false] {
+            for family in [&m.applies, &m.deletions, &m.reconciles, &m.heartbeats] {
+                let _ = family.get_or_create(&result_label(ok));
+            }
+        }
         m
     }
 

@@ -73,7 +73,23 @@ fn render(crds: Vec<CustomResourceDefinition>) -> Result<Vec<(String, String)>> 
             serde_yaml::to_string(&crd).with_context(|| format!("serializing CRD {name}"))?;
         wanted.push((format!("{name}.yaml"), format!("{HEADER}{yaml}")));
     }
+    wanted.push(("Kustomization".to_string(), kustomization(&wanted)));
     Ok(wanted)
+}
+
+/// A kustomization listing the CRD files, so `deploy/crds/` (and `kubectl apply -k`) can use this
+/// directory as a base. Named `Kustomization`, not `kustomization.yaml`, so that
+/// `kubectl apply -f crds/generated/` still applies only CRDs.
+fn kustomization(crds: &[(String, String)]) -> String {
+    let mut files: Vec<&str> = crds.iter().map(|(f, _)| f.as_str()).collect();
+    files.sort();
+    let mut out = format!(
+        "{HEADER}apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n"
+    );
+    for f in files {
+        out.push_str(&format!("- {f}\n"));
+    }
+    out
 }
 
 /// Writes `wanted` into `dir` and removes YAML files no CRD generates.
@@ -83,7 +99,7 @@ fn write(dir: &Path, wanted: &[(String, String)]) -> Result<()> {
         std::fs::write(dir.join(file), content).with_context(|| format!("writing {file}"))?;
     }
     remove_extra(dir, wanted, true)?;
-    println!("wrote {} CRDs into {}", wanted.len(), dir.display());
+    println!("wrote {} CRDs into {}", crd_count(wanted), dir.display());
     Ok(())
 }
 
@@ -102,11 +118,15 @@ fn check(dir: &Path, wanted: &[(String, String)]) -> Result<Vec<String>> {
     if stale.is_empty() {
         println!(
             "the {} CRDs in {} match the types",
-            wanted.len(),
+            crd_count(wanted),
             dir.display()
         );
     }
     Ok(stale)
+}
+
+fn crd_count(wanted: &[(String, String)]) -> usize {
+    wanted.iter().filter(|(f, _)| f.ends_with(".yaml")).count()
 }
 
 /// YAML files in `dir` that no CRD generates: removed when `delete`, reported otherwise.

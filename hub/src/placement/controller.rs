@@ -316,6 +316,13 @@ async fn reconcile(placement: Arc<Placement>, ctx: Arc<Context>) -> Result<Reque
     if placement.metadata.deletion_timestamp.is_some() {
         return Ok(Requeue::await_change()); // owner references remove snapshots and bindings
     }
+    // Plan only on complete caches: right after a (re)start or a change of leader, a member or
+    // binding missing from a cache still being filled would look unselected.
+    tokio::try_join!(
+        ctx.members.wait_until_ready(),
+        ctx.bindings.wait_until_ready()
+    )
+    .map_err(|e| Error::Invalid(format!("placement caches closed: {e}")))?;
     let name = placement.name_any();
     let now = ctx.clock.now();
     let generation = placement.metadata.generation;

@@ -55,6 +55,7 @@ pub async fn run(
     let (works, works_writer) = reflector::store::<Work>();
     let (bindings, bindings_writer) = reflector::store::<Binding>();
     let (approvals, approvals_writer) = reflector::store::<ApprovalRequest>();
+    metrics.count_approvals_in(approvals.clone());
     let (members, members_writer) = reflector::store::<MemberCluster>();
 
     let work_stream =
@@ -150,17 +151,8 @@ fn state_of(run: &UpdateRun) -> RunState {
 
 /// Sets the runs-by-state gauge from the cache of runs.
 fn count_runs(metrics: &Metrics, runs: &Store<UpdateRun>) {
-    const STATES: [RunState; 7] = [
-        RunState::Pending,
-        RunState::Progressing,
-        RunState::Waiting,
-        RunState::Stopped,
-        RunState::Blocked,
-        RunState::Succeeded,
-        RunState::Failed,
-    ];
     let all = runs.state();
-    for state in STATES {
+    for state in RunState::ALL {
         let n = all.iter().filter(|r| state_of(r) == state).count();
         metrics
             .update_runs
@@ -205,6 +197,15 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
     if finished(&run) || run.metadata.deletion_timestamp.is_some() {
         return Ok(Requeue::await_change());
     }
+    // Plan only on complete caches: right after a (re)start or a change of leader, a run
+    // initialized on a cache still being filled would see clusters missing.
+    tokio::try_join!(
+        ctx.members.wait_until_ready(),
+        ctx.bindings.wait_until_ready(),
+        ctx.works.wait_until_ready(),
+        ctx.approvals.wait_until_ready()
+    )
+    .map_err(|e| Error::Invalid(format!("update-run caches closed: {e}")))?;
     let placement_name = run.spec.placement_name.clone();
 
     let (strategy, placement, snapshot_exists) = if initialized(&run) {

@@ -1,0 +1,225 @@
+//! The hub's RBAC in `deploy/hub` is enough, proven on the real hub API server: the RBAC objects
+//! of the kustomize base are applied, a hub process runs with a token of the manifest's
+//! ServiceAccount (not as admin), and it leads, provisions members (including the agent RBAC,
+//! which the API server lets it grant only because it holds those rights itself), snapshots a
+//! namespace, and takes a staged run through a soak and an approval to success, without a
+//! single Forbidden in its log. The fleet's own hub is stopped meanwhile (it would do the work)
+//! and started again afterwards, also when the test fails.
+
+mod common;
+mod hub_process;
+
+use std::process::{Command, Stdio};
+
+use common::{Scenario, TIMEOUT, simulate_members};
+use fleethub_crds::{ApprovalRequest, UpdateRun};
+use fleethub_testkit::{Fleet, poll_until, repo_root, unique_name, wait_for};
+use hub_process::HubProcess;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::Api;
+use serde_json::json;
+use serde_yaml::Value;
+
+const NAMESPACE: &str = "fleethub-system";
+const SERVICE_ACCOUNT: &str = "fleethub-hub";
+
+/// Starts the fleet's hub again when the test ends, however it ends.
+struct FleetHubBack(&'static Fleet);
+
+impl Drop for FleetHubBack {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.start_fleethub() {
+            eprintln!("could not restart the fleet's hub: {e}");
+        }
+    }
+}
+
+fn kubectl(fleet: &Fleet, args: &[&str], stdin: Option<&str>) -> String {
+    let mut child = Command::new(std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into()))
+        .arg("--kubeconfig")
+        .arg(fleet.kubeconfig("hub"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut input = child.stdin.take().unwrap();
+        input
+            .write_all(stdin.unwrap_or_default().as_bytes())
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Applies the hub's identity and RBAC from the kustomize base (not its Deployment: the hub
+/// runs here as a local process).
+fn apply_hub_rbac(fleet: &Fleet) {
+    let dir = repo_root().join("deploy/hub");
+    let rendered = kubectl(fleet, &["kustomize", dir.to_str().unwrap()], None);
+    let wanted = [
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    ];
+    let mut docs = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&rendered) {
+        let v = <Value as serde::Deserialize>::deserialize(doc).unwrap();
+        if v["kind"].as_str().is_some_and(|k| wanted.contains(&k)) {
+            docs.push(serde_yaml::to_string(&v).unwrap());
+        }
+    }
+    assert!(docs.len() >= 8, "the base has the hub's RBAC: {docs:?}");
+    kubectl(
+        fleet,
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=fleethub-least-privilege-test",
+            "-f",
+            "-",
+        ],
+        Some(&docs.join("---\n")),
+    );
+}
+
+/// A kubeconfig for the hub cluster that authenticates with a fresh token of the hub's
+/// ServiceAccount (TokenRequest API).
+fn service_account_kubeconfig(fleet: &Fleet) -> std::path::PathBuf {
+    let token = kubectl(
+        fleet,
+        &[
+            "create",
+            "token",
+            SERVICE_ACCOUNT,
+            "-n",
+            NAMESPACE,
+            "--duration=1h",
+        ],
+        None,
+    );
+    let admin = std::fs::read_to_string(fleet.kubeconfig("hub")).unwrap();
+    let mut config: Value = serde_yaml::from_str(&admin).unwrap();
+    config["users"] = serde_yaml::from_str(&format!(
+        "- name: hub-admin\n  user:\n    token: {}\n",
+        token.trim()
+    ))
+    .unwrap();
+    let path = std::env::temp_dir().join(format!("{}.kubeconfig", unique_name("fleethub-sa")));
+    std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn the_hub_works_with_the_rbac_of_its_manifests() {
+    let fleet = Fleet::get().unwrap();
+    apply_hub_rbac(fleet);
+    let kubeconfig = service_account_kubeconfig(fleet);
+
+    // The token really is not admin.
+    let whoami = Command::new(std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into()))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["auth", "can-i", "delete", "nodes"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&whoami.stdout).trim(), "no");
+
+    let _restore = FleetHubBack(fleet);
+    fleet.kill("hub").unwrap();
+    let lease = unique_name("least-privilege");
+    let hub = HubProcess::start(
+        &kubeconfig,
+        "least-privilege-test-hub",
+        &[
+            "--leader-election-namespace",
+            NAMESPACE,
+            "--leader-election-lease",
+            &lease,
+        ],
+    );
+    poll_until("the ServiceAccount hub to lead", TIMEOUT, || async {
+        (hub.metric("fleethub_hub_leader").await == Some(1.0)).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}; log:\n{}", hub.log()));
+
+    // Members: namespace, ServiceAccount, Role/RoleBinding and the member's own ClusterRole and
+    // binding, all provisioned by the ServiceAccount hub.
+    let s = Scenario::new(fleet, "lp").await;
+    let stg = s.member("stg", json!({"env": s.env("staging")})).await;
+    let prod = s.member("prod", json!({"env": s.env("production")})).await;
+    for m in [&stg, &prod] {
+        wait_for(
+            &Api::<ClusterRoleBinding>::all(s.hub.clone()),
+            &fleethub_hub::membership::cluster_role_name(m),
+            "the member agent's ClusterRoleBinding",
+            TIMEOUT,
+            |b: Option<&ClusterRoleBinding>| b.is_some(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}; log:\n{}", hub.log()));
+    }
+
+    // A namespace snapshot (the hub lists every kind in it), bindings, a two-stage run with a
+    // soak and an approval.
+    s.placement(&[&stg, &prod], false).await;
+    s.strategy(json!([
+        {"name": "staging", "labelSelector": {"matchLabels": {"env": s.env("staging")}},
+         "afterStageTasks": [{"type": "TimedWait", "waitTime": "1s"}]},
+        {"name": "production", "labelSelector": {"matchLabels": {"env": s.env("production")}},
+         "afterStageTasks": [{"type": "Approval"}]}]))
+        .await;
+    let (_updates, members_task) = simulate_members(s.hub.clone(), s.placement.clone(), 0);
+    s.start_run(0).await;
+    let approvals: Api<ApprovalRequest> = Api::all(s.hub.clone());
+    let gate = format!("{}-production", s.run);
+    wait_for(
+        &approvals,
+        &gate,
+        "the production ApprovalRequest",
+        TIMEOUT,
+        |a: Option<&ApprovalRequest>| a.is_some(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}; log:\n{}", hub.log()));
+    common::approve(&approvals, &gate).await.unwrap();
+    wait_for(
+        &Api::<UpdateRun>::all(s.hub.clone()),
+        &s.run,
+        "the run to succeed",
+        TIMEOUT,
+        common::succeeded,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}; log:\n{}", hub.log()));
+    members_task.abort();
+
+    let log = hub.log();
+    let lower = log.to_lowercase();
+    assert!(
+        !lower.contains("forbidden") && !lower.contains(" 403"),
+        "the hub was refused something its manifests should grant:\n{log}"
+    );
+    let errors = {
+        let (_, text) = hub.get("/metrics").await.unwrap();
+        text.lines()
+            .filter(|l| l.starts_with("fleethub_hub_reconcile_errors_total{"))
+            .filter(|l| !l.contains("error=\"conflict\"") && !l.ends_with(" 0"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert!(errors.is_empty(), "{errors:?}\n{log}");
+    let _ = std::fs::remove_file(&kubeconfig);
+}
