@@ -198,8 +198,9 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
         return Ok(Requeue::await_change());
     }
     // Plan only on complete caches: right after a (re)start or a change of leader, a run
-    // initialized on a cache still being filled would see clusters missing.
+    // initialized on a cache still being filled would see clusters (or an earlier run) missing.
     tokio::try_join!(
+        ctx.runs.wait_until_ready(),
         ctx.members.wait_until_ready(),
         ctx.bindings.wait_until_ready(),
         ctx.works.wait_until_ready(),
