@@ -145,6 +145,22 @@ where
     }
 }
 
+/// Watches until object `name` of `api` does not exist, bounded by `timeout`.
+async fn wait_gone<K>(api: &Api<K>, name: &str, what: &str, timeout: Duration) -> Result<()>
+where
+    K: Resource + Clone + std::fmt::Debug + DeserializeOwned + Send + 'static,
+{
+    let gone = |o: Option<&K>| o.is_none();
+    match tokio::time::timeout(timeout, await_condition(api.clone(), name, gone)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(Error::Refused(format!("watching for {what}: {e}"))),
+        Err(_) => Err(Error::Timeout(format!(
+            "timed out after {} waiting for {what}",
+            fleethub_crds::duration::format(timeout)
+        ))),
+    }
+}
+
 /// Server-side applies `obj` (any kind the cluster serves) as `kubectl-fleet`.
 async fn apply(client: &Client, obj: &Value, cluster: &str) -> Result<()> {
     let (ar, api) = dynamic_api(client, obj, cluster).await?;
@@ -375,6 +391,7 @@ where
 
 async fn strip_agent_finalizers(hub: &Client, ns: &str, works: &[String]) -> Result<()> {
     let api: Api<Work> = Api::namespaced(hub.clone(), ns);
+    let mut stripped = Vec::new();
     for w in works {
         let Some(work) = api
             .get_opt(w)
@@ -389,6 +406,10 @@ async fn strip_agent_finalizers(hub: &Client, ns: &str, works: &[String]) -> Res
             .filter(|f| *f != AGENT_FINALIZER)
             .cloned()
             .collect();
+        if keep.len() == work.finalizers().len() {
+            continue;
+        }
+        stripped.push(w.clone());
         let patch =
             json!({"metadata": {"finalizers": keep, "resourceVersion": work.resource_version()}});
         api.patch(w, &PatchParams::default(), &Patch::Merge(&patch))
@@ -397,10 +418,12 @@ async fn strip_agent_finalizers(hub: &Client, ns: &str, works: &[String]) -> Res
                 "removing finalizer {AGENT_FINALIZER} from Work {ns}/{w}"
             )))?;
     }
-    eprintln!(
-        "--force: removed finalizer {AGENT_FINALIZER} from Works {} in {ns}; what they deployed was NOT removed from the member",
-        works.join(", ")
-    );
+    if !stripped.is_empty() {
+        eprintln!(
+            "--force: removed finalizer {AGENT_FINALIZER} from Works {} in {ns}; what they deployed was NOT removed from the member",
+            stripped.join(", ")
+        );
+    }
     Ok(())
 }
 
@@ -440,6 +463,18 @@ pub async fn unjoin(hub: &Cluster, member: Option<&Cluster>, opts: &UnjoinOption
             "membercluster {name} deleted; waiting for its agent to remove the fleet's workloads from the member"
         );
         let works: Api<Work> = Api::namespaced(hub.client.clone(), &ns);
+        if opts.force {
+            // --force says the agent is gone: do not wait for it.
+            let all: Vec<String> = works
+                .list(&Default::default())
+                .await
+                .map_err(Error::api(format!("listing Works in {ns}")))?
+                .items
+                .iter()
+                .map(|w| w.name_any())
+                .collect();
+            strip_agent_finalizers(&hub.client, &ns, &all).await?;
+        }
         if let Err(left) = wait_until_none(works, opts.timeout).await? {
             if !opts.force {
                 return Err(Error::Timeout(format!(
@@ -484,11 +519,11 @@ pub async fn unjoin(hub: &Cluster, member: Option<&Cluster>, opts: &UnjoinOption
 
     // 3. The namespace goes (Works left in it still need the agent, or --force).
     let namespaces: Api<Namespace> = Api::all(hub.client.clone());
-    let gone = |n: Option<&Namespace>| n.is_none();
-    if wait(&namespaces, &ns, "namespace to go", opts.timeout, gone)
-        .await
-        .is_err()
-    {
+    let what = format!("namespace {ns} to go");
+    if let Err(e) = wait_gone(&namespaces, &ns, &what, opts.timeout).await {
+        if !matches!(e, Error::Timeout(_)) {
+            return Err(e);
+        }
         let works: Api<Work> = Api::namespaced(hub.client.clone(), &ns);
         let left: Vec<String> = works
             .list(&Default::default())
@@ -512,14 +547,7 @@ pub async fn unjoin(hub: &Cluster, member: Option<&Cluster>, opts: &UnjoinOption
             )));
         }
         strip_agent_finalizers(&hub.client, &ns, &left).await?;
-        wait(
-            &namespaces,
-            &ns,
-            &format!("namespace {ns} to go"),
-            opts.timeout,
-            gone,
-        )
-        .await?;
+        wait_gone(&namespaces, &ns, &what, opts.timeout).await?;
     }
     eprintln!("namespace {ns} and the member's hub identity are gone");
 
@@ -532,8 +560,7 @@ pub async fn unjoin(hub: &Cluster, member: Option<&Cluster>, opts: &UnjoinOption
     Ok(())
 }
 
-/// Deletes the agent's objects from the member (the AppliedWork CRD only when no AppliedWork is
-/// left: deleting it would delete what those AppliedWorks own).
+/// Deletes the agent's objects from the member and waits for its namespace to go.
 async fn remove_agent(member: &Cluster, timeout: Duration) -> Result<()> {
     let mut objects = agent_manifests::objects("-", "", None)?;
     objects.reverse(); // Deployment first, namespace last
@@ -551,44 +578,16 @@ async fn remove_agent(member: &Cluster, timeout: Duration) -> Result<()> {
             }
         }
     }
-    let applied: Api<fleethub_crds::applied_work::AppliedWork> = Api::all(member.client.clone());
-    match applied.list(&Default::default()).await {
-        Ok(l) if l.items.is_empty() => {
-            for crd in fleethub_crds::member_crds() {
-                let value =
-                    serde_json::to_value(&crd).map_err(|e| Error::Invalid(e.to_string()))?;
-                let (_, api) = dynamic_api(&member.client, &value, "the member").await?;
-                let name = crd.name_any();
-                match api.delete(&name, &DeleteParams::background()).await {
-                    Ok(_) => {}
-                    Err(e) if is_not_found(&e) => {}
-                    Err(e) => {
-                        return Err(Error::api(format!(
-                            "deleting CustomResourceDefinition {name} from the member"
-                        ))(e));
-                    }
-                }
-            }
-        }
-        Ok(l) => eprintln!(
-            "kept CustomResourceDefinition appliedworks.fleethub.dev in the member: {} AppliedWorks remain (deleting it would delete what they own)",
-            l.items.len()
-        ),
-        Err(e) if is_not_found(&e) => {}
-        Err(e) => return Err(Error::api("listing AppliedWorks in the member")(e)),
-    }
+    // The AppliedWork CRD stays: deleting it would delete every AppliedWork and, through their
+    // ownerReferences, what another agent in this cluster deployed.
+    eprintln!(
+        "kept CustomResourceDefinition appliedworks.fleethub.dev in the member (kubectl delete crd appliedworks.fleethub.dev removes it once no fleethub agent runs there)"
+    );
     let namespaces: Api<Namespace> = Api::all(member.client.clone());
-    let gone = |n: Option<&Namespace>| n.is_none();
-    wait(
-        &namespaces,
-        agent_manifests::NAMESPACE,
-        &format!(
-            "namespace {} to go from the member",
-            agent_manifests::NAMESPACE
-        ),
-        timeout,
-        gone,
-    )
-    .await?;
+    let what = format!(
+        "namespace {} to go from the member",
+        agent_manifests::NAMESPACE
+    );
+    wait_gone(&namespaces, agent_manifests::NAMESPACE, &what, timeout).await?;
     Ok(())
 }

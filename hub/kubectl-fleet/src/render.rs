@@ -483,12 +483,16 @@ pub fn run_detail(
             status.current_stage.as_deref() == Some(stage.stage_name.as_str()) && !state.finished();
         let _ = writeln!(
             out,
-            "\n{}stage {}/{count} {}   {}  {}",
-            if current { "▶ " } else { "  " },
-            i + 1,
-            style.paint(BOLD, &stage.stage_name),
-            style.paint(colour, word),
-            times
+            "\n{}",
+            format!(
+                "{}stage {}/{count} {}   {}  {}",
+                if current { "▶ " } else { "  " },
+                i + 1,
+                style.paint(BOLD, &stage.stage_name),
+                style.paint(colour, word),
+                times
+            )
+            .trim_end()
         );
         if stage.clusters.is_empty() {
             let _ = writeln!(out, "    (no clusters)");
