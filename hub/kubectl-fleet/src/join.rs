@@ -278,7 +278,7 @@ pub async fn join(hub: &Cluster, member: Option<&Cluster>, opts: &JoinOptions) -
     // 5. The agent in the member.
     let Some(member) = member.filter(|_| opts.install_agent) else {
         eprintln!(
-            "membercluster {name} joined on the hub; no agent installed (--no-install-agent): run fleethub-member-agent --member-name {name} --hub-kubeconfig <that kubeconfig>"
+            "membercluster {name} is registered on the hub; no agent installed (--no-install-agent): it joins once fleethub-member-agent --member-name {name} runs with that hub kubeconfig"
         );
         return Ok(());
     };

@@ -19,6 +19,16 @@ use clap::{Parser, Subcommand};
 use crate::error::Error;
 use crate::error::Result;
 
+const EXAMPLES: &str = "Examples:
+  kubectl fleet runs
+  kubectl fleet run sample-rollout --watch
+  kubectl fleet approvals
+  kubectl fleet approve sample-rollout-canary -m 'canary metrics look good'
+  kubectl fleet stop sample-rollout; kubectl fleet resume sample-rollout
+  kubectl fleet join prod-eu-1 --member-kubeconfig prod-eu-1.kubeconfig -l environment=production \\
+      --hub-server https://hub.example.com:6443 --agent-image registry.example.com/fleethub/member-agent:0.1.0
+  kubectl fleet unjoin prod-eu-1 --member-kubeconfig prod-eu-1.kubeconfig";
+
 /// fleethub's kubectl plugin: follow and steer staged rollouts, approve their gates, and add or
 /// remove member clusters.
 ///
@@ -29,7 +39,8 @@ use crate::error::Result;
     bin_name = "kubectl fleet",
     version,
     about,
-    long_about
+    long_about,
+    after_long_help = EXAMPLES
 )]
 struct Cli {
     /// The hub's kubeconfig (default: $KUBECONFIG, then ~/.kube/config).

@@ -111,8 +111,20 @@ pub async fn run(hub: &Cluster, name: &str, watch: bool) -> Result<()> {
         None
     });
     let mut events = futures::stream::select(runs.boxed(), gates.boxed());
+    // On a terminal the clocks (soak time left, ages) also tick once a second; into a pipe, only
+    // changes are written.
+    let tty = std::io::stdout().is_terminal();
+    let mut ticks = tokio::time::interval(std::time::Duration::from_secs(1));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     while !render::run_state(&run).finished() {
-        match events.next().await {
+        let next = tokio::select! {
+            next = events.next() => next,
+            _ = ticks.tick(), if tty => {
+                show(&run, &approvals);
+                continue;
+            }
+        };
+        match next {
             Some(Ok(Some(r))) => run = r,
             Some(Ok(None)) => approvals = run_approvals(&hub.client, name).await?,
             Some(Err(e)) => {

@@ -226,3 +226,76 @@ async fn follow_stop_approve_and_resume_a_run() {
     );
     members.abort();
 }
+
+#[tokio::test]
+async fn kubectl_finds_the_plugin_on_path_and_gates_of_gone_runs_are_refused() {
+    let fleet = Fleet::get().unwrap();
+    let s = Scenario::new(fleet, "kfp").await;
+    // kubectl runs `kubectl-fleet` from PATH and hands it its flags.
+    let bin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_kubectl-fleet"))
+        .parent()
+        .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out =
+        std::process::Command::new(std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into()))
+            .args(["fleet", "runs", "--kubeconfig"])
+            .arg(fleet.kubeconfig("hub"))
+            .env("PATH", path)
+            .output()
+            .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("NAME"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    // A gate whose run is gone: nothing waits for it, and approve says so instead of approving.
+    let gone = format!("{}-canary", s.run);
+    s.create(json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "ApprovalRequest",
+        "metadata": {"name": gone, "labels": {"fleethub.dev/update-run": s.run, "fleethub.dev/stage": "canary"}},
+        "spec": {"parentStageRollout": s.run, "targetStage": "canary"}}))
+    .await;
+    let err = plugin_err(fleet, &["approve", &gone]);
+    assert!(
+        err.contains(&format!(
+            "gates UpdateRun {}, which no longer exists",
+            s.run
+        )),
+        "{err}"
+    );
+    let request = Api::<ApprovalRequest>::all(s.hub.clone())
+        .get(&gone)
+        .await
+        .unwrap();
+    assert!(
+        request.status.is_none_or(|st| st.conditions.is_empty()),
+        "nothing was approved"
+    );
+
+    // Usage errors exit 2, with kubectl-style help.
+    let out = support::plugin(fleet, &["approve"]);
+    assert_eq!(out.status.code(), Some(2));
+    let help = plugin_ok(fleet, &["--help"]);
+    for cmd in [
+        "runs",
+        "run",
+        "stop",
+        "resume",
+        "approvals",
+        "approve",
+        "join",
+        "unjoin",
+        "Exit codes",
+    ] {
+        assert!(help.contains(cmd), "{cmd} missing from --help:\n{help}");
+    }
+}
