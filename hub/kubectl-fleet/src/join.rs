@@ -427,6 +427,50 @@ async fn strip_agent_finalizers(hub: &Client, ns: &str, works: &[String]) -> Res
     Ok(())
 }
 
+/// Why Works are still there after unjoin waited: the hub has not withdrawn them yet (is it
+/// running?), or the agent has not cleaned them up (is it running?).
+async fn stuck_works_message(
+    works: &Api<Work>,
+    ns: &str,
+    waited: &str,
+    left: &[String],
+) -> Result<String> {
+    let list = works
+        .list(&Default::default())
+        .await
+        .map_err(Error::api(format!("listing Works in {ns}")))?;
+    let (deleting, kept): (Vec<&Work>, Vec<&Work>) = list
+        .items
+        .iter()
+        .filter(|w| left.contains(&w.name_any()))
+        .partition(|w| w.metadata.deletion_timestamp.is_some());
+    let names = |ws: &[&Work]| {
+        ws.iter()
+            .map(|w| w.name_any())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut why = Vec::new();
+    if !deleting.is_empty() {
+        why.push(format!(
+            "Works {} in {ns} wait for the member agent to remove what they deployed and then its finalizer {AGENT_FINALIZER}: is the agent running? (kubectl -n {} get deploy {} in the member)",
+            names(&deleting),
+            agent_manifests::NAMESPACE,
+            agent_manifests::DEPLOYMENT
+        ));
+    }
+    if !kept.is_empty() {
+        why.push(format!(
+            "Works {} in {ns} have not been withdrawn by the hub: is fleethub-hub running?",
+            names(&kept)
+        ));
+    }
+    Ok(format!(
+        "after {waited}: {}. Run unjoin again to keep waiting, or add --force to abandon those workloads on the member",
+        why.join("; ")
+    ))
+}
+
 /// `kubectl fleet unjoin`.
 pub async fn unjoin(hub: &Cluster, member: Option<&Cluster>, opts: &UnjoinOptions) -> Result<()> {
     let name = opts.name.as_str();
@@ -475,14 +519,11 @@ pub async fn unjoin(hub: &Cluster, member: Option<&Cluster>, opts: &UnjoinOption
                 .collect();
             strip_agent_finalizers(&hub.client, &ns, &all).await?;
         }
-        if let Err(left) = wait_until_none(works, opts.timeout).await? {
+        if let Err(left) = wait_until_none(works.clone(), opts.timeout).await? {
             if !opts.force {
-                return Err(Error::Timeout(format!(
-                    "after {minutes}, Works {} in {ns} still carry the agent's finalizer {AGENT_FINALIZER}: the member agent removes what they deployed and then the finalizer. Is it running? (kubectl -n {} get deploy {} in the member). Run unjoin again to keep waiting, or add --force to abandon those workloads on the member",
-                    left.join(", "),
-                    agent_manifests::NAMESPACE,
-                    agent_manifests::DEPLOYMENT
-                )));
+                return Err(Error::Timeout(
+                    stuck_works_message(&works, &ns, &minutes, &left).await?,
+                ));
             }
             strip_agent_finalizers(&hub.client, &ns, &left).await?;
         }
@@ -590,4 +631,55 @@ async fn remove_agent(member: &Cluster, timeout: Duration) -> Result<()> {
     );
     wait_gone(&namespaces, agent_manifests::NAMESPACE, &what, timeout).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_parse_as_key_value() {
+        assert_eq!(parse_label("env=prod"), Ok(("env".into(), "prod".into())));
+        assert_eq!(parse_label("a/b=c=d"), Ok(("a/b".into(), "c=d".into())));
+        assert_eq!(parse_label("empty="), Ok(("empty".into(), String::new())));
+        assert!(parse_label("novalue").unwrap_err().contains("key=value"));
+        assert!(parse_label("=v").unwrap_err().contains("empty key"));
+    }
+
+    #[test]
+    fn member_names_must_make_a_valid_namespace() {
+        assert!(validate_member_name("prod-eu-1").is_ok());
+        let err = validate_member_name("Prod_1").unwrap_err().to_string();
+        assert!(
+            err.contains("\"Prod_1\" is not a valid member name"),
+            "{err}"
+        );
+        assert!(validate_member_name(&"a".repeat(names::MAX_MEMBER_CLUSTER_NAME + 1)).is_err());
+    }
+
+    #[test]
+    fn the_member_cluster_carries_labels_and_heartbeat() {
+        let mc = member_cluster("m1", &[("env".into(), "prod".into())], Some(5));
+        assert_eq!(mc["metadata"]["labels"]["env"], "prod");
+        assert_eq!(mc["spec"]["heartbeatPeriodSeconds"], 5);
+        let bare = member_cluster("m1", &[], None);
+        assert!(bare["spec"].get("heartbeatPeriodSeconds").is_none());
+        // It is a valid MemberCluster.
+        let typed: MemberCluster = serde_json::from_value(mc).unwrap();
+        assert_eq!(typed.spec.heartbeat_period_seconds, Some(5));
+    }
+
+    #[test]
+    fn the_agent_kubeconfig_is_one_the_client_reads() {
+        let text = agent_kubeconfig("m1", "https://hub:6443", Some(b"PEM"), false, "tok");
+        let kc = kube::config::Kubeconfig::from_yaml(&text).unwrap();
+        assert_eq!(kc.current_context.as_deref(), Some("m1-agent@hub"));
+        let cluster = kc.clusters[0].cluster.as_ref().unwrap();
+        assert_eq!(cluster.server.as_deref(), Some("https://hub:6443"));
+        assert_eq!(cluster.certificate_authority_data.as_deref(), Some("UEVN"));
+        assert_eq!(cluster.insecure_skip_tls_verify, None);
+        assert!(kc.auth_infos[0].auth_info.as_ref().unwrap().token.is_some());
+        let raw: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        assert_eq!(raw["users"][0]["user"]["token"].as_str(), Some("tok"));
+    }
 }
