@@ -204,6 +204,7 @@ pub async fn join(hub: &Cluster, member: Option<&Cluster>, opts: &JoinOptions) -
     let name = opts.name.as_str();
     validate_member_name(name)?;
     let ns = names::member_namespace(name);
+    let started = jiff::Timestamp::now();
 
     // 1. The MemberCluster: the hub provisions the member's namespace and agent identity.
     let mc = member_cluster(name, &opts.labels, opts.heartbeat_period);
@@ -296,7 +297,10 @@ pub async fn join(hub: &Cluster, member: Option<&Cluster>, opts: &JoinOptions) -
         agent_manifests::DEPLOYMENT
     );
 
-    // 6. The agent reports in.
+    // 6. The agent reports in: Joined, with a heartbeat from after this join started (a
+    //    re-join must not be satisfied by what an earlier agent once reported).
+    let reported_since =
+        started.round(jiff::Unit::Second).unwrap_or(started) - jiff::SignedDuration::from_secs(1);
     wait(
         &members,
         name,
@@ -307,9 +311,13 @@ pub async fn join(hub: &Cluster, member: Option<&Cluster>, opts: &JoinOptions) -
             agent_manifests::DEPLOYMENT
         ),
         opts.timeout,
-        |m: Option<&MemberCluster>| {
-            m.and_then(|m| m.status.as_ref())
-                .is_some_and(|s| is_true(&s.conditions, JOINED))
+        move |m: Option<&MemberCluster>| {
+            m.and_then(|m| m.status.as_ref()).is_some_and(|s| {
+                is_true(&s.conditions, JOINED)
+                    && s.last_heartbeat_time
+                        .as_ref()
+                        .is_some_and(|t| t.0 >= reported_since)
+            })
         },
     )
     .await?;
