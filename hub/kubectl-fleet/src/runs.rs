@@ -93,29 +93,35 @@ pub async fn run(hub: &Cluster, name: &str, watch: bool) -> Result<()> {
         return Ok(());
     }
     // One merged stream: the run itself and the approvals that gate it.
+    enum Change {
+        Run(Box<UpdateRun>),
+        RunDeleted,
+        Gates,
+    }
     let runs = watcher(
         Api::<UpdateRun>::all(hub.client.clone()),
         watcher::Config::default().fields(&format!("metadata.name={name}")),
     )
     .default_backoff()
-    .applied_objects()
-    .map_ok(Some);
+    .map_ok(|e| match e {
+        watcher::Event::Apply(r) | watcher::Event::InitApply(r) => Some(Change::Run(Box::new(r))),
+        watcher::Event::Delete(_) => Some(Change::RunDeleted),
+        watcher::Event::Init | watcher::Event::InitDone => None,
+    });
     let gates = watcher(
         Api::<ApprovalRequest>::all(hub.client.clone()),
         watcher::Config::default().labels(&format!("{UPDATE_RUN_LABEL}={name}")),
     )
     .default_backoff()
     .touched_objects()
-    .map_ok(|a| {
-        let _ = a;
-        None
-    });
+    .map_ok(|_| Some(Change::Gates));
     let mut events = futures::stream::select(runs.boxed(), gates.boxed());
     // On a terminal the clocks (soak time left, ages) also tick once a second; into a pipe, only
     // changes are written.
     let tty = std::io::stdout().is_terminal();
     let mut ticks = tokio::time::interval(std::time::Duration::from_secs(1));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut warned = false;
     while !render::run_state(&run).finished() {
         let next = tokio::select! {
             next = events.next() => next,
@@ -125,10 +131,24 @@ pub async fn run(hub: &Cluster, name: &str, watch: bool) -> Result<()> {
             }
         };
         match next {
-            Some(Ok(Some(r))) => run = r,
-            Some(Ok(None)) => approvals = run_approvals(&hub.client, name).await?,
+            Some(Ok(Some(Change::Run(r)))) => {
+                run = *r;
+                warned = false;
+            }
+            Some(Ok(Some(Change::Gates))) => approvals = run_approvals(&hub.client, name).await?,
+            Some(Ok(Some(Change::RunDeleted))) => {
+                return Err(Error::NotFound(format!(
+                    "updaterun {name} was deleted while being watched"
+                )));
+            }
+            Some(Ok(None)) => continue,
+            // The watcher retries with a backoff (e.g. across an API server restart); say so once.
             Some(Err(e)) => {
-                return Err(Error::Refused(format!("watching UpdateRun {name}: {e}")));
+                if !warned {
+                    eprintln!("watching UpdateRun {name}: {e}; retrying");
+                    warned = true;
+                }
+                continue;
             }
             None => break,
         }

@@ -281,6 +281,35 @@ async fn kubectl_finds_the_plugin_on_path_and_gates_of_gone_runs_are_refused() {
         "nothing was approved"
     );
 
+    // A run that fails: run shows why, and --watch exits 1 saying so.
+    let failing = format!("{}-bad", s.run);
+    s.create(json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "UpdateRun", "metadata": {"name": failing},
+        "spec": {"placementName": format!("missing-{}", s.id), "resourceSnapshotIndex": "0", "stagedRolloutStrategyName": "none"}}))
+    .await;
+    let out = wait_exit(
+        plugin_spawn(fleet, &["run", &failing, "--watch"]),
+        "run --watch of a failing run to exit",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "UpdateRun {failing} failed: Placement missing-{} does not exist",
+            s.id
+        )),
+        "{stderr}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!("UpdateRun {failing}   Failed"))
+    );
+
     // Usage errors exit 2, with kubectl-style help.
     let out = support::plugin(fleet, &["approve"]);
     assert_eq!(out.status.code(), Some(2));
