@@ -24,7 +24,7 @@ pub enum Error {
     #[error("{0}")]
     Timeout(String),
     /// An API call failed.
-    #[error("{doing}: {source}")]
+    #[error("{doing}: {}", describe(source))]
     Api {
         /// What the call was for, naming the object.
         doing: String,
@@ -46,6 +46,15 @@ impl Error {
     pub fn api(doing: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
         let doing = doing.into();
         move |source| Error::Api { doing, source }
+    }
+}
+
+/// The API server's own message for its errors (without the status object's dump), the
+/// client's description for anything else.
+pub fn describe(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if !s.message.is_empty() => format!("{} ({})", s.message, s.reason),
+        other => other.to_string(),
     }
 }
 

@@ -494,7 +494,10 @@ pub async fn unjoin(hub: &Cluster, member: Option<&Cluster>, opts: &UnjoinOption
     {
         // 1. Hold the MemberCluster (and with it the agent's namespace and credential) while the
         //    hub withdraws the member's Works and the agent removes what they deployed.
-        if !mc.finalizers().iter().any(|f| f == UNJOIN_FINALIZER) {
+        //    (A MemberCluster already being deleted accepts no new finalizer: then only wait.)
+        if !mc.finalizers().iter().any(|f| f == UNJOIN_FINALIZER)
+            && mc.metadata.deletion_timestamp.is_none()
+        {
             let mut finalizers = mc.finalizers().to_vec();
             finalizers.push(UNJOIN_FINALIZER.to_string());
             let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": mc.resource_version()}});
@@ -583,8 +586,19 @@ pub async fn unjoin(hub: &Cluster, member: Option<&Cluster>, opts: &UnjoinOption
             .map(|w| w.name_any())
             .collect();
         if left.is_empty() || !opts.force {
+            let held = members
+                .get_opt(name)
+                .await
+                .map_err(Error::api(format!("reading MemberCluster {name}")))?
+                .map(|mc| {
+                    format!(
+                        ": MemberCluster {name} (which owns it) is still held by finalizers {:?}",
+                        mc.finalizers()
+                    )
+                })
+                .unwrap_or_default();
             return Err(Error::Timeout(format!(
-                "namespace {ns} still exists after {minutes}{}",
+                "namespace {ns} still exists after {minutes}{held}{}",
                 if left.is_empty() {
                     String::new()
                 } else {
