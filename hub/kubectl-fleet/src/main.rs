@@ -1,0 +1,318 @@
+//! `kubectl fleet`: the fleethub kubectl plugin. Put `kubectl-fleet` on PATH and kubectl finds
+//! it (`kubectl fleet …`); it also runs on its own (`kubectl-fleet …`).
+#![forbid(unsafe_code)]
+
+mod agent_manifests;
+mod cluster;
+mod error;
+mod join;
+mod render;
+mod runs;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+#[cfg(test)]
+use crate::error::Error;
+use crate::error::Result;
+
+const EXAMPLES: &str = "Examples:
+  kubectl fleet runs
+  kubectl fleet run sample-rollout --watch
+  kubectl fleet approvals
+  kubectl fleet approve sample-rollout-canary -m 'canary metrics look good'
+  kubectl fleet stop sample-rollout; kubectl fleet resume sample-rollout
+  kubectl fleet join prod-eu-1 --member-kubeconfig prod-eu-1.kubeconfig -l environment=production \\
+      --hub-server https://hub.example.com:6443 --agent-image registry.example.com/fleethub/member-agent:0.1.0
+  kubectl fleet unjoin prod-eu-1 --member-kubeconfig prod-eu-1.kubeconfig";
+
+/// fleethub's kubectl plugin: follow and steer staged rollouts, approve their gates, and add or
+/// remove member clusters.
+///
+/// Exit codes: 0 success; 1 failure (the message says what and what to do next); 2 bad usage.
+#[derive(Parser, Debug)]
+#[command(
+    name = "kubectl fleet",
+    bin_name = "kubectl fleet",
+    version,
+    about,
+    long_about,
+    after_long_help = EXAMPLES
+)]
+struct Cli {
+    /// The hub's kubeconfig (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, global = true, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use for the hub (default: the current context).
+    #[arg(long, global = true, value_name = "NAME")]
+    context: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// List UpdateRuns: placement, snapshot, state, current stage, progress, age.
+    Runs,
+    /// Show one UpdateRun: its stages in order, each stage's clusters with their state and
+    /// times, the soaks and approvals between stages, and why anything failed.
+    Run {
+        /// The UpdateRun.
+        name: String,
+        /// Keep showing the run as it changes, until it finishes (exit 1 if it failed).
+        #[arg(short, long)]
+        watch: bool,
+    },
+    /// Stop an UpdateRun (spec.state=Stop): no new cluster starts; clusters updating finish.
+    Stop {
+        /// The UpdateRun.
+        run: String,
+    },
+    /// Resume a stopped UpdateRun (spec.state=Run).
+    Resume {
+        /// The UpdateRun.
+        run: String,
+    },
+    /// List ApprovalRequests waiting for a person (with --all, approved ones too).
+    Approvals {
+        /// Include approved requests.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Approve an ApprovalRequest: sets Approved=True on its status, as the dashboard does,
+    /// recording who approved (the identity the hub sees) and why.
+    Approve {
+        /// The ApprovalRequest (named <run>-<stage>).
+        request: String,
+        /// Why, recorded in the condition's message.
+        #[arg(short, long, default_value = "")]
+        message: String,
+    },
+    /// Join a member cluster: create its MemberCluster on the hub, issue its agent's scoped hub
+    /// credential (a ServiceAccount token), install the agent into the member and wait until it
+    /// reports Joined. Running it again is safe: it reuses the credential.
+    Join(JoinArgs),
+    /// Remove a member cluster: delete its MemberCluster, let its agent remove the fleet's
+    /// workloads from the member, wait for the member's hub namespace to go, then remove the
+    /// agent from the member.
+    Unjoin(UnjoinArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct JoinArgs {
+    /// The member's name on the hub (a DNS label of at most 50 characters).
+    name: String,
+    /// The hub's kubeconfig (default: --kubeconfig / $KUBECONFIG).
+    #[arg(long, value_name = "FILE")]
+    hub_kubeconfig: Option<PathBuf>,
+    /// The member's kubeconfig (admin: it installs the agent, RBAC and a CRD).
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "no_install_agent"
+    )]
+    member_kubeconfig: Option<PathBuf>,
+    /// The member kubeconfig's context (default: its current context).
+    #[arg(long, value_name = "NAME")]
+    member_context: Option<String>,
+    /// A label for the MemberCluster (what stages select on); repeatable.
+    #[arg(long = "label", short = 'l', value_name = "KEY=VALUE", value_parser = join::parse_label)]
+    labels: Vec<(String, String)>,
+    /// The agent's heartbeat period in seconds (spec.heartbeatPeriodSeconds; default 15).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(1..=600))]
+    heartbeat_period: Option<u32>,
+    /// The agent's container image (default: the one deploy/member-agent names).
+    #[arg(long, value_name = "IMAGE")]
+    agent_image: Option<String>,
+    /// The hub's URL as the agent reaches it (default: the hub kubeconfig's server).
+    #[arg(long, value_name = "URL")]
+    hub_server: Option<String>,
+    /// Do not install the agent into the member (run it yourself with the written kubeconfig).
+    #[arg(long, requires = "write_agent_kubeconfig")]
+    no_install_agent: bool,
+    /// Also write the agent's hub kubeconfig (it holds a credential: mode 0600) to this file.
+    #[arg(long, value_name = "PATH")]
+    write_agent_kubeconfig: Option<PathBuf>,
+    /// How long each step may wait (hub provisioning, token, the agent joining).
+    #[arg(long, value_name = "DURATION", default_value = "3m", value_parser = parse_duration)]
+    timeout: Duration,
+}
+
+#[derive(clap::Args, Debug)]
+struct UnjoinArgs {
+    /// The member's name on the hub.
+    name: String,
+    /// The hub's kubeconfig (default: --kubeconfig / $KUBECONFIG).
+    #[arg(long, value_name = "FILE")]
+    hub_kubeconfig: Option<PathBuf>,
+    /// The member's kubeconfig: remove the agent from it once the member left the hub.
+    #[arg(long, value_name = "FILE")]
+    member_kubeconfig: Option<PathBuf>,
+    /// The member kubeconfig's context (default: its current context).
+    #[arg(long, value_name = "NAME")]
+    member_context: Option<String>,
+    /// If the agent does not clean up in time (it is gone), remove its finalizers from the
+    /// member's Works anyway: what they deployed then stays on the member.
+    #[arg(long)]
+    force: bool,
+    /// How long each step may wait.
+    #[arg(long, value_name = "DURATION", default_value = "3m", value_parser = parse_duration)]
+    timeout: Duration,
+}
+
+fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+    match fleethub_crds::duration::parse(s) {
+        Ok(d) if d.is_zero() => Err("must be longer than 0s".into()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+async fn execute(cli: Cli) -> Result<()> {
+    let hub = |path: Option<PathBuf>| {
+        let context = cli.context.clone();
+        let path = path.or_else(|| cli.kubeconfig.clone());
+        async move { cluster::connect(path.as_deref(), context.as_deref()).await }
+    };
+    match cli.command {
+        Command::Runs => runs::runs(&hub(None).await?).await,
+        Command::Run { ref name, watch } => runs::run(&hub(None).await?, name, watch).await,
+        Command::Stop { ref run } => runs::set_state(&hub(None).await?, run, true).await,
+        Command::Resume { ref run } => runs::set_state(&hub(None).await?, run, false).await,
+        Command::Approvals { all } => runs::approvals(&hub(None).await?, all).await,
+        Command::Approve {
+            ref request,
+            ref message,
+        } => runs::approve(&hub(None).await?, request, message).await,
+        Command::Join(ref a) => {
+            let hub = hub(a.hub_kubeconfig.clone()).await?;
+            let member = match &a.member_kubeconfig {
+                Some(p) if !a.no_install_agent => {
+                    Some(cluster::connect(Some(p), a.member_context.as_deref()).await?)
+                }
+                _ => None,
+            };
+            let opts = join::JoinOptions {
+                name: a.name.clone(),
+                labels: a.labels.clone(),
+                heartbeat_period: a.heartbeat_period,
+                agent_image: a.agent_image.clone(),
+                hub_server: a.hub_server.clone(),
+                install_agent: !a.no_install_agent,
+                write_agent_kubeconfig: a.write_agent_kubeconfig.clone(),
+                timeout: a.timeout,
+            };
+            join::join(&hub, member.as_ref(), &opts).await
+        }
+        Command::Unjoin(ref a) => {
+            let hub = hub(a.hub_kubeconfig.clone()).await?;
+            let member = match &a.member_kubeconfig {
+                Some(p) => Some(cluster::connect(Some(p), a.member_context.as_deref()).await?),
+                None => None,
+            };
+            let opts = join::UnjoinOptions {
+                name: a.name.clone(),
+                force: a.force,
+                timeout: a.timeout,
+            };
+            join::unjoin(&hub, member.as_ref(), &opts).await
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(execute(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn join_without_an_agent_needs_somewhere_to_write_its_kubeconfig() {
+        let err =
+            Cli::try_parse_from(["kubectl-fleet", "join", "m", "--no-install-agent"]).unwrap_err();
+        assert!(
+            err.to_string().contains("--write-agent-kubeconfig"),
+            "{err}"
+        );
+        let ok = Cli::try_parse_from([
+            "kubectl-fleet",
+            "join",
+            "m",
+            "--no-install-agent",
+            "--write-agent-kubeconfig",
+            "/tmp/x",
+            "-l",
+            "env=prod",
+        ])
+        .unwrap();
+        let Command::Join(a) = ok.command else {
+            panic!()
+        };
+        assert_eq!(a.labels, vec![("env".to_string(), "prod".to_string())]);
+        assert!(
+            Cli::try_parse_from(["kubectl-fleet", "join", "m"]).is_err(),
+            "a member kubeconfig is required"
+        );
+        assert!(
+            Cli::try_parse_from([
+                "kubectl-fleet",
+                "join",
+                "m",
+                "--member-kubeconfig",
+                "k",
+                "-l",
+                "novalue"
+            ])
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn global_flags_go_anywhere() {
+        let c = Cli::try_parse_from([
+            "kubectl-fleet",
+            "runs",
+            "--kubeconfig",
+            "/k",
+            "--context",
+            "hub",
+        ])
+        .unwrap();
+        assert_eq!(c.kubeconfig.as_deref(), Some(std::path::Path::new("/k")));
+        assert_eq!(c.context.as_deref(), Some("hub"));
+    }
+
+    #[test]
+    fn error_exit_messages_name_the_object() {
+        let e = Error::NotFound("approvalrequest x not found on the hub".into());
+        assert!(e.to_string().contains("approvalrequest x"));
+    }
+}

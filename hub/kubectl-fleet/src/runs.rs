@@ -1,0 +1,287 @@
+//! `runs`, `run`, `stop`, `resume`, `approvals` and `approve`: the hub's UpdateRuns and their
+//! gates.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+
+use fleethub_crds::approval::approve_patch;
+use fleethub_crds::conditions::is_true;
+use fleethub_crds::names::UPDATE_RUN_LABEL;
+use fleethub_crds::update_run::SUCCEEDED;
+use fleethub_crds::{ApprovalRequest, UpdateRun};
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+
+use crate::cluster::{Cluster, whoami};
+use crate::error::{Error, Result, is_not_found};
+use crate::render::{self, RunState, Style};
+
+/// The field manager of every write the plugin makes.
+pub const FIELD_MANAGER: &str = "kubectl-fleet";
+
+fn style() -> Style {
+    Style {
+        color: std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+    }
+}
+
+async fn get_run(client: &Client, name: &str) -> Result<UpdateRun> {
+    Api::<UpdateRun>::all(client.clone())
+        .get_opt(name)
+        .await
+        .map_err(Error::api(format!("reading UpdateRun {name}")))?
+        .ok_or_else(|| {
+            Error::NotFound(format!(
+                "updaterun {name} not found on the hub (kubectl fleet runs lists them)"
+            ))
+        })
+}
+
+async fn run_approvals(client: &Client, run: &str) -> Result<BTreeMap<String, ApprovalRequest>> {
+    let list = Api::<ApprovalRequest>::all(client.clone())
+        .list(&ListParams::default().labels(&format!("{UPDATE_RUN_LABEL}={run}")))
+        .await
+        .map_err(Error::api(format!(
+            "listing the ApprovalRequests of UpdateRun {run}"
+        )))?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|a| (kube::ResourceExt::name_any(&a), a))
+        .collect())
+}
+
+/// `kubectl fleet runs`.
+pub async fn runs(hub: &Cluster) -> Result<()> {
+    let list = Api::<UpdateRun>::all(hub.client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::api("listing UpdateRuns"))?;
+    print!(
+        "{}",
+        render::runs_table(&list.items, jiff::Timestamp::now())
+    );
+    Ok(())
+}
+
+/// `kubectl fleet run <name> [--watch]`. With `watch`, re-renders whenever the run or one of
+/// its ApprovalRequests changes, and returns when the run has finished; failing if it failed.
+pub async fn run(hub: &Cluster, name: &str, watch: bool) -> Result<()> {
+    let style = style();
+    let mut run = get_run(&hub.client, name).await?;
+    let mut approvals = run_approvals(&hub.client, name).await?;
+    let mut last = String::new();
+    let mut show = |run: &UpdateRun, approvals: &BTreeMap<String, ApprovalRequest>| {
+        let text = render::run_detail(run, approvals, jiff::Timestamp::now(), style);
+        if text == last {
+            return;
+        }
+        let mut out = std::io::stdout().lock();
+        if watch && style.color {
+            let _ = write!(out, "\x1b[H\x1b[2J");
+        } else if !last.is_empty() {
+            let _ = writeln!(out, "---");
+        }
+        let _ = write!(out, "{text}");
+        let _ = out.flush();
+        last = text;
+    };
+    show(&run, &approvals);
+    if !watch {
+        return Ok(());
+    }
+    // One merged stream: the run itself and the approvals that gate it.
+    enum Change {
+        Run(Box<UpdateRun>),
+        RunDeleted,
+        Gates,
+    }
+    let runs = watcher(
+        Api::<UpdateRun>::all(hub.client.clone()),
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+    )
+    .default_backoff()
+    .map_ok(|e| match e {
+        watcher::Event::Apply(r) | watcher::Event::InitApply(r) => Some(Change::Run(Box::new(r))),
+        watcher::Event::Delete(_) => Some(Change::RunDeleted),
+        watcher::Event::Init | watcher::Event::InitDone => None,
+    });
+    let gates = watcher(
+        Api::<ApprovalRequest>::all(hub.client.clone()),
+        watcher::Config::default().labels(&format!("{UPDATE_RUN_LABEL}={name}")),
+    )
+    .default_backoff()
+    .touched_objects()
+    .map_ok(|_| Some(Change::Gates));
+    let mut events = futures::stream::select(runs.boxed(), gates.boxed());
+    // On a terminal the clocks (soak time left, ages) also tick once a second; into a pipe, only
+    // changes are written.
+    let tty = std::io::stdout().is_terminal();
+    let mut ticks = tokio::time::interval(std::time::Duration::from_secs(1));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut warned = false;
+    while !render::run_state(&run).finished() {
+        let next = tokio::select! {
+            next = events.next() => next,
+            _ = ticks.tick(), if tty => {
+                show(&run, &approvals);
+                continue;
+            }
+        };
+        match next {
+            Some(Ok(Some(Change::Run(r)))) => {
+                run = *r;
+                warned = false;
+            }
+            Some(Ok(Some(Change::Gates))) => approvals = run_approvals(&hub.client, name).await?,
+            Some(Ok(Some(Change::RunDeleted))) => {
+                return Err(Error::NotFound(format!(
+                    "updaterun {name} was deleted while being watched"
+                )));
+            }
+            Some(Ok(None)) => continue,
+            // The watcher retries with a backoff (e.g. across an API server restart); say so once.
+            Some(Err(e)) => {
+                if !warned {
+                    eprintln!("watching UpdateRun {name}: {e}; retrying");
+                    warned = true;
+                }
+                continue;
+            }
+            None => break,
+        }
+        show(&run, &approvals);
+    }
+    match render::run_state(&run) {
+        RunState::Failed => Err(Error::Refused(format!(
+            "UpdateRun {name} failed: {}",
+            render::run_message(&run).unwrap_or("see above")
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// `kubectl fleet stop|resume <run>`: sets `spec.state`.
+pub async fn set_state(hub: &Cluster, name: &str, stop: bool) -> Result<()> {
+    let run = get_run(&hub.client, name).await?;
+    let state = render::run_state(&run);
+    if state.finished() {
+        return Err(Error::Refused(format!(
+            "UpdateRun {name} has already finished ({}); there is nothing to {}",
+            state.label(),
+            if stop { "stop" } else { "resume" }
+        )));
+    }
+    let value = if stop { "Stop" } else { "Run" };
+    let patch = serde_json::json!({
+        "apiVersion": "fleethub.dev/v1alpha1",
+        "kind": "UpdateRun",
+        "metadata": {"name": name},
+        "spec": {"state": value},
+    });
+    Api::<UpdateRun>::all(hub.client.clone())
+        .patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(Error::api(format!(
+            "setting spec.state of UpdateRun {name} to {value}"
+        )))?;
+    if stop {
+        println!(
+            "updaterun {name} stopping: no new cluster starts; clusters already updating finish (kubectl fleet resume {name} continues)"
+        );
+    } else {
+        println!("updaterun {name} resumed");
+    }
+    Ok(())
+}
+
+/// `kubectl fleet approvals [--all]`.
+pub async fn approvals(hub: &Cluster, all: bool) -> Result<()> {
+    let list = Api::<ApprovalRequest>::all(hub.client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::api("listing ApprovalRequests"))?;
+    let items: Vec<ApprovalRequest> = list
+        .items
+        .into_iter()
+        .filter(|a| all || !render::is_approved(a))
+        .collect();
+    print!(
+        "{}",
+        render::approvals_table(&items, jiff::Timestamp::now())
+    );
+    Ok(())
+}
+
+/// `kubectl fleet approve <request> [--message]`: the same status patch as the dashboard and
+/// `kubectl patch … --subresource=status` (see [`approve_patch`]).
+pub async fn approve(hub: &Cluster, name: &str, message: &str) -> Result<()> {
+    let api: Api<ApprovalRequest> = Api::all(hub.client.clone());
+    let request = api
+        .get_opt(name)
+        .await
+        .map_err(Error::api(format!("reading ApprovalRequest {name}")))?
+        .ok_or_else(|| {
+            Error::NotFound(format!(
+                "approvalrequest {name} not found on the hub (kubectl fleet approvals lists pending ones)"
+            ))
+        })?;
+    if render::is_approved(&request) {
+        let how = request
+            .status
+            .as_ref()
+            .and_then(|s| fleethub_crds::conditions::find(&s.conditions, "Approved"))
+            .map(|c| format!("{} at {}", c.message, c.last_transition_time.0))
+            .unwrap_or_default();
+        return Err(Error::Refused(format!(
+            "approvalrequest {name} is already approved ({how})"
+        )));
+    }
+    let run_name = &request.spec.parent_stage_rollout;
+    let run = match Api::<UpdateRun>::all(hub.client.clone())
+        .get(run_name)
+        .await
+    {
+        Ok(r) => r,
+        Err(e) if is_not_found(&e) => {
+            return Err(Error::Refused(format!(
+                "approvalrequest {name} gates UpdateRun {run_name}, which no longer exists; nothing waits for it"
+            )));
+        }
+        Err(e) => return Err(Error::api(format!("reading UpdateRun {run_name}"))(e)),
+    };
+    let state = render::run_state(&run);
+    let stage_done = run.status.as_ref().is_some_and(|s| {
+        s.stages_status.iter().any(|st| {
+            st.stage_name == request.spec.target_stage && is_true(&st.conditions, SUCCEEDED)
+        })
+    });
+    if state.finished() || stage_done {
+        return Err(Error::Refused(format!(
+            "UpdateRun {run_name} no longer waits for approvalrequest {name} (run {}, stage {} {})",
+            state.label(),
+            request.spec.target_stage,
+            if stage_done {
+                "finished"
+            } else {
+                "not finished"
+            }
+        )));
+    }
+    let approver = whoami(hub).await;
+    let patch = approve_patch(&approver, message, jiff::Timestamp::now());
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(Error::api(format!("approving ApprovalRequest {name}")))?;
+    println!(
+        "approvalrequest {name} approved by {approver}: stage {} of UpdateRun {run_name} may proceed",
+        request.spec.target_stage
+    );
+    Ok(())
+}
