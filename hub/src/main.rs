@@ -56,6 +56,15 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     logging::init(args.process.log_format);
+    // Bad leader-election flags are refused at once, before connecting.
+    let lease = match args.leader_election.leader_elect {
+        true => Some(
+            args.leader_election
+                .config()
+                .map_err(|e| anyhow::anyhow!("leader election: {e}"))?,
+        ),
+        false => None,
+    };
     let shutdown = fleethub_runtime::shutdown_on_signal();
 
     let client = kubeconfig::client(args.kubeconfig.as_deref())
@@ -90,11 +99,7 @@ async fn main() -> anyhow::Result<()> {
                 stop,
             )
         };
-        if args.leader_election.leader_elect {
-            let config = args
-                .leader_election
-                .config()
-                .map_err(|e| anyhow::anyhow!("leader election: {e}"))?;
+        if let Some(config) = lease {
             let mut elector = LeaderElector::new(
                 client.clone(),
                 config,

@@ -232,3 +232,21 @@ async fn one_hub_leads_and_a_standby_takes_over() {
     }
     let _ = leases.delete(&lease, &DeleteParams::default()).await;
 }
+
+#[test]
+fn inconsistent_timing_flags_are_refused_before_connecting() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fleethub-hub"))
+        .args(["--kubeconfig", "/nonexistent/kubeconfig"])
+        .args(["--leader-election-lease-duration", "5"])
+        .args(["--leader-election-renew-deadline", "10"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "leader election: the lease duration (5s) must be longer than the renew deadline (10s)"
+        ),
+        "{err}"
+    );
+}

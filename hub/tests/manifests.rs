@@ -185,6 +185,14 @@ fn the_prometheus_rule_holds_the_same_rules_as_the_rule_file() {
         .iter()
         .map(|r| r["alert"].as_str().unwrap())
         .collect();
+    // Every expression is valid PromQL (the parser Prometheus-compatible databases use).
+    for rule in file["groups"][0]["rules"].as_sequence().unwrap() {
+        let expr = rule["expr"].as_str().unwrap();
+        if let Err(e) = promql_parser::parser::parse(expr) {
+            panic!("alert {:?}: invalid PromQL {expr:?}: {e}", rule["alert"]);
+        }
+    }
+    assert!(promql_parser::parser::parse("sum(rate(x[5m]) > ").is_err());
     for wanted in [
         "FleethubUpdateRunStuck",
         "FleethubClusterUpdateFailed",
