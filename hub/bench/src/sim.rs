@@ -41,6 +41,9 @@ pub const BENCH_LABEL: &str = "fleethub.dev/bench";
 /// Hub API calls the heartbeats may have in flight at once (a burst of joins is spread out).
 const HEARTBEAT_CONCURRENCY: usize = 32;
 
+/// Work generations whose report is being written: (namespace/name, generation).
+type InFlight = Arc<Mutex<HashSet<(String, i64)>>>;
+
 /// How simulated members watch their Works.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 pub enum WatchMode {
@@ -57,7 +60,7 @@ pub struct Simulation {
     mode: WatchMode,
     period: Duration,
     heartbeat_slots: Arc<Semaphore>,
-    in_flight: Arc<Mutex<HashSet<(String, i64)>>>,
+    in_flight: InFlight,
     tasks: Vec<JoinHandle<()>>,
     members: usize,
 }
@@ -100,7 +103,7 @@ impl Simulation {
         sim
     }
 
-    fn parts(&self) -> (Client, Arc<Timeline>, Arc<Mutex<HashSet<(String, i64)>>>) {
+    fn parts(&self) -> (Client, Arc<Timeline>, InFlight) {
         (
             self.client.clone(),
             self.timeline.clone(),
