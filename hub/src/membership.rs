@@ -186,7 +186,10 @@ fn trigger(member: &MemberCluster) -> Option<u64> {
         c.map(|c| (&c.status, &c.reason)).hash(&mut h);
     }
     if !fleethub_crds::conditions::is_true(&status.conditions, HEALTHY) {
-        status.last_heartbeat_time.map(|t| t.0.as_second()).hash(&mut h);
+        status
+            .last_heartbeat_time
+            .map(|t| t.0.as_second())
+            .hash(&mut h);
     }
     Some(h.finish())
 }

@@ -233,9 +233,8 @@ pub async fn run(
 #[allow(clippy::type_complexity)]
 fn selection_changes() -> impl FnMut(
     Result<watcher::Event<MemberCluster>, watcher::Error>,
-) -> std::future::Ready<
-    Option<Result<MemberCluster, watcher::Error>>,
-> {
+)
+    -> std::future::Ready<Option<Result<MemberCluster, watcher::Error>>> {
     let mut seen: std::collections::HashMap<String, u64> = Default::default();
     move |event| {
         let out = match event {
