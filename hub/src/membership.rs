@@ -135,9 +135,21 @@ pub async fn run(
     metrics: Metrics,
     shutdown: CancellationToken,
 ) {
-    let controller = fleethub_runtime::controller_for(Api::<MemberCluster>::all(client.clone()));
-    metrics.count_members_in(controller.store());
-    controller
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
+    // Heartbeats change a MemberCluster every period; a reconcile provisions six objects, so
+    // reconciling on each one costs six applies per member per period. Heartbeats of a healthy
+    // member are left to the timer that judges staleness (`trigger`); the store still sees them.
+    let (reader, writer) = reflector::store();
+    metrics.count_members_in(reader.clone());
+    let stream = watcher(
+        Api::<MemberCluster>::all(client.clone()),
+        fleethub_runtime::watcher_config(),
+    )
+    .backoff(fleethub_runtime::watch_backoff())
+    .reflect(writer)
+    .applied_objects()
+    .predicate_filter(trigger, Default::default());
+    kube::runtime::Controller::for_stream(stream, reader)
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(
             reconcile,
@@ -156,6 +168,31 @@ pub async fn run(
             std::future::ready(())
         })
         .await;
+}
+
+/// What about a MemberCluster warrants a reconcile: its spec, labels, identity and deletion,
+/// the agent's `Joined`, the hub's `Healthy` verdict, and — only while that verdict is not
+/// `True` — the heartbeat itself (a member coming back). A fresh heartbeat of a healthy member
+/// is read by the reconcile its staleness timer triggers.
+fn trigger(member: &MemberCluster) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    member.metadata.generation.hash(&mut h);
+    member.metadata.uid.hash(&mut h);
+    member.labels().hash(&mut h);
+    member.metadata.deletion_timestamp.is_some().hash(&mut h);
+    let status = member.status.clone().unwrap_or_default();
+    for type_ in [fleethub_crds::member_cluster::JOINED, HEALTHY] {
+        let c = fleethub_crds::conditions::find(&status.conditions, type_);
+        c.map(|c| (&c.status, &c.reason)).hash(&mut h);
+    }
+    if !fleethub_crds::conditions::is_true(&status.conditions, HEALTHY) {
+        status
+            .last_heartbeat_time
+            .map(|t| t.0.as_second())
+            .hash(&mut h);
+    }
+    Some(h.finish())
 }
 
 fn error_policy(member: Arc<MemberCluster>, error: &Error, _ctx: Arc<Context>) -> Requeue {

@@ -160,9 +160,14 @@ pub async fn run(
     let (members, members_writer) = reflector::store::<MemberCluster>();
     let binding_stream =
         fleethub_runtime::reflected_stream(Api::<Binding>::all(client.clone()), bindings_writer);
-    let member_stream = fleethub_runtime::reflected_stream(
-        Api::<MemberCluster>::all(client.clone()),
-        members_writer,
+    let member_stream = fleethub_runtime::touched_after_sync(
+        watcher(
+            Api::<MemberCluster>::all(client.clone()),
+            fleethub_runtime::watcher_config(),
+        )
+        .backoff(fleethub_runtime::watch_backoff())
+        .reflect(members_writer)
+        .filter_map(selection_changes()),
     );
 
     let controller = fleethub_runtime::controller_for(Api::<Placement>::all(client.clone()));
@@ -217,6 +222,48 @@ pub async fn run(
             std::future::ready(())
         })
         .await;
+}
+
+/// A filter of MemberCluster watch events that passes deletions and the changes of what
+/// selection reads: every heartbeat changes a MemberCluster, and each one would otherwise
+/// reconcile every placement. (The store is fed before the filter, so it sees every change.)
+#[allow(clippy::type_complexity)]
+fn selection_changes() -> impl FnMut(
+    Result<watcher::Event<MemberCluster>, watcher::Error>,
+) -> std::future::Ready<
+    Option<Result<watcher::Event<MemberCluster>, watcher::Error>>,
+> {
+    let mut seen: std::collections::HashMap<String, u64> = Default::default();
+    move |event| {
+        let keep = match &event {
+            Ok(watcher::Event::Delete(m)) => {
+                seen.remove(&m.name_any());
+                true
+            }
+            Ok(watcher::Event::Apply(m) | watcher::Event::InitApply(m)) => {
+                let hash = selection_inputs(m).unwrap_or_default();
+                seen.insert(m.name_any(), hash) != Some(hash)
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitDone) | Err(_) => true,
+        };
+        std::future::ready(keep.then_some(event))
+    }
+}
+
+/// What of a MemberCluster cluster selection depends on: its identity, labels, deletion and
+/// `Joined`.
+fn selection_inputs(member: &MemberCluster) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    member.metadata.uid.hash(&mut h);
+    member.labels().hash(&mut h);
+    member.metadata.deletion_timestamp.is_some().hash(&mut h);
+    member
+        .status
+        .as_ref()
+        .is_some_and(|s| is_true(&s.conditions, JOINED))
+        .hash(&mut h);
+    Some(h.finish())
 }
 
 fn error_policy(placement: Arc<Placement>, error: &Error, _ctx: Arc<Context>) -> Requeue {

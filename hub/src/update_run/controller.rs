@@ -37,7 +37,9 @@ pub struct Context {
     client: Client,
     metrics: Metrics,
     clock: Arc<dyn Clock>,
-    recorder: Recorder,
+    /// Events go to a publisher task: a reconcile must not wait for one API call per event
+    /// (a stage of 50 clusters makes 100 of them) before the run can move again.
+    events: tokio::sync::mpsc::Sender<(Event, k8s_openapi::api::core::v1::ObjectReference)>,
     runs: Store<UpdateRun>,
     works: Store<Work>,
     bindings: Store<Binding>,
@@ -89,9 +91,22 @@ pub async fn run(
     // and a run that ended lets a waiting newer one start.
     let sibling_stream = fleethub_runtime::watch_stream(Api::<UpdateRun>::all(client.clone()));
     let runs_for_gauge = runs.clone();
+    let (events, mut to_publish) = tokio::sync::mpsc::channel::<(
+        Event,
+        k8s_openapi::api::core::v1::ObjectReference,
+    )>(EVENT_BACKLOG);
+    let recorder = Recorder::new(client.clone(), Reporter::from("fleethub-hub"));
+    // One publisher, so a run's events keep their order.
+    let publisher = tokio::spawn(async move {
+        while let Some((event, object)) = to_publish.recv().await {
+            if let Err(err) = recorder.publish(&event, &object).await {
+                tracing::debug!(error = %err, "cannot record event");
+            }
+        }
+    });
     let ctx = Arc::new(Context {
         metrics: metrics.clone(),
-        recorder: Recorder::new(client.clone(), Reporter::from("fleethub-hub")),
+        events,
         client,
         clock,
         runs,
@@ -126,7 +141,14 @@ pub async fn run(
         })
         .await;
     members_task.abort();
+    publisher.abort();
 }
+
+/// Events waiting to be published; beyond this, new ones are dropped (and logged): the run's
+/// status, not its events, is the record.
+const EVENT_BACKLOG: usize = 10_000;
+/// Binding writes of one plan made at once (a stage starting many clusters together).
+const BIND_CONCURRENCY: usize = 16;
 
 /// Where a run is, for the runs-by-state gauge.
 fn state_of(run: &UpdateRun) -> RunState {
@@ -327,8 +349,24 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
     };
     let plan = plan::plan(&observed);
 
-    for action in &plan.actions {
-        perform(&ctx, &run, action).await?;
+    // Clusters a plan starts together are bound together; everything else in plan order.
+    let mut actions = plan.actions.iter().peekable();
+    while let Some(action) = actions.next() {
+        if matches!(action, Action::Bind { .. }) {
+            let mut binds = vec![action];
+            while let Some(next) = actions.next_if(|a| matches!(a, Action::Bind { .. })) {
+                binds.push(next);
+            }
+            for chunk in binds.chunks(BIND_CONCURRENCY) {
+                let writes = chunk.iter().map(|a| perform(&ctx, &run, a));
+                futures::future::join_all(writes)
+                    .await
+                    .into_iter()
+                    .collect::<Result<Vec<()>, Error>>()?;
+            }
+        } else {
+            perform(&ctx, &run, action).await?;
+        }
     }
     if Some(&plan.status) != run.status.as_ref() {
         // Optimistic concurrency: the resourceVersion makes a write from a stale view fail.
@@ -357,8 +395,8 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
             action: "Reconcile".to_string(),
             secondary: None,
         };
-        if let Err(err) = ctx.recorder.publish(&event, &run.object_ref(&())).await {
-            tracing::debug!(error = %err, "cannot record event");
+        if let Err(err) = ctx.events.try_send((event, run.object_ref(&()))) {
+            tracing::debug!(error = %err, "event backlog full; event dropped");
         }
         tracing::info!(reason = e.reason, "{}", e.message);
         if let Some(seconds) = e.seconds {

@@ -1,0 +1,307 @@
+//! The objects the benchmark puts on the hub (members, content, placements, strategies, runs),
+//! waits on them, and its clean-up. Everything carries label `fleethub.dev/bench=true`.
+
+use std::time::Duration;
+
+use fleethub_crds::{
+    ApprovalRequest, Binding, MemberCluster, Placement, ResourceSnapshot, StagedUpdateStrategy,
+    UpdateRun, names,
+};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::sim::{BENCH_LABEL, MEMBER_PREFIX};
+
+/// Field manager of the benchmark's own writes.
+const FIELD_MANAGER: &str = "fleethub-bench";
+/// Label with a member's stage (`s1`, `s2`, `s3`).
+pub const STAGE_LABEL: &str = "bench.fleethub.dev/stage";
+/// Integer label that orders members within a stage.
+pub const ORDER_LABEL: &str = "bench.fleethub.dev/order";
+/// The three stages.
+pub const STAGES: [&str; 3] = ["s1", "s2", "s3"];
+/// Namespace whose content the bench placements roll out.
+pub const APP_NAMESPACE: &str = "bench-app";
+/// Namespace of the gated placement, whose content changes for every approval run.
+pub const GATED_NAMESPACE: &str = "bench-app-gated";
+
+/// Bench member number `i` (1-based).
+pub fn member_name(i: usize) -> String {
+    format!("{MEMBER_PREFIX}{i:04}")
+}
+
+/// The stage of member `i`: members are dealt round-robin, so every prefix of the fleet has
+/// its clusters in thirds.
+pub fn stage_of(i: usize) -> &'static str {
+    STAGES[(i - 1) % STAGES.len()]
+}
+
+async fn apply<K>(api: &Api<K>, name: &str, obj: &Value) -> anyhow::Result<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(obj),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("applying {} {name}: {e}", K::kind(&())))
+}
+
+fn meta(name: &str) -> Value {
+    json!({"name": name, "labels": {BENCH_LABEL: "true"}})
+}
+
+/// Registers members `from..=to` (1-based) with their stage and order labels, at most 16
+/// creations in flight.
+/// Returns each member's name with the moment its creation was sent.
+pub async fn create_members(
+    client: &Client,
+    from: usize,
+    to: usize,
+    heartbeat: Duration,
+) -> anyhow::Result<Vec<(String, std::time::Instant)>> {
+    let api: Api<MemberCluster> = Api::all(client.clone());
+    let results: Vec<anyhow::Result<(String, std::time::Instant)>> = futures::stream::iter(from..=to)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                let name = member_name(i);
+                let obj = json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "MemberCluster",
+                    "metadata": {"name": name, "labels": {BENCH_LABEL: "true", STAGE_LABEL: stage_of(i), ORDER_LABEL: i.to_string()}},
+                    "spec": {"heartbeatPeriodSeconds": heartbeat.as_secs()}});
+                let sent = std::time::Instant::now();
+                apply(&api, &name, &obj).await.map(|_| (name, sent))
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+/// The content placements roll out: `namespace` with a ConfigMap holding `version` (a changed
+/// version cuts a new snapshot of the placements of that namespace).
+pub async fn set_content(client: &Client, namespace: &str, version: &str) -> anyhow::Result<()> {
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": meta(namespace)});
+    apply(&Api::<Namespace>::all(client.clone()), namespace, &ns).await?;
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta("web"),
+        "data": {"version": version, "settings.json": "{\"replicas\": 3, \"feature\": true}"}});
+    apply(
+        &Api::<ConfigMap>::namespaced(client.clone(), namespace),
+        "web",
+        &cm,
+    )
+    .await?;
+    Ok(())
+}
+
+/// An `External` placement of `namespace` (and its content) on exactly `clusters`.
+pub async fn create_placement(
+    client: &Client,
+    name: &str,
+    namespace: &str,
+    clusters: &[String],
+) -> anyhow::Result<()> {
+    let obj = json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "Placement", "metadata": meta(name),
+        "spec": {"resourceSelectors": [{"group": "", "version": "v1", "kind": "Namespace", "name": namespace}],
+                 "policy": {"placementType": "PickFixed", "clusterNames": clusters},
+                 "strategy": {"type": "External"}}});
+    apply(&Api::<Placement>::all(client.clone()), name, &obj).await?;
+    Ok(())
+}
+
+/// A strategy of the three bench stages, ordered by the order label, each at `concurrency`;
+/// with `approvals`, stages s1 and s2 end with an Approval gate.
+pub async fn create_strategy(
+    client: &Client,
+    name: &str,
+    concurrency: &str,
+    approvals: bool,
+) -> anyhow::Result<()> {
+    let stages: Vec<Value> = STAGES
+        .iter()
+        .map(|s| {
+            let gate = approvals && *s != "s3";
+            json!({"name": s, "labelSelector": {"matchLabels": {STAGE_LABEL: s}},
+                   "sortingLabelKey": ORDER_LABEL, "maxConcurrency": concurrency,
+                   "afterStageTasks": if gate { json!([{"type": "Approval"}]) } else { json!([]) }})
+        })
+        .collect();
+    let obj = json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "StagedUpdateStrategy",
+        "metadata": meta(name), "spec": {"stages": stages}});
+    apply(
+        &Api::<StagedUpdateStrategy>::all(client.clone()),
+        name,
+        &obj,
+    )
+    .await?;
+    Ok(())
+}
+
+/// Starts UpdateRun `name` of `placement` at snapshot `index` with `strategy`.
+pub async fn create_run(
+    client: &Client,
+    name: &str,
+    placement: &str,
+    index: i64,
+    strategy: &str,
+) -> anyhow::Result<()> {
+    let obj = json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "UpdateRun", "metadata": meta(name),
+        "spec": {"placementName": placement, "resourceSnapshotIndex": index.to_string(),
+                 "stagedRolloutStrategyName": strategy}});
+    apply(&Api::<UpdateRun>::all(client.clone()), name, &obj).await?;
+    Ok(())
+}
+
+/// Watches `api`'s objects matching `labels` until `ready` holds for the set, or `timeout`.
+pub async fn wait_until<K>(
+    api: Api<K>,
+    labels: &str,
+    what: &str,
+    timeout: Duration,
+    ready: impl Fn(&[std::sync::Arc<K>]) -> bool,
+) -> anyhow::Result<()>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store::<K>();
+    let mut events = watcher(api, fleethub_runtime::watcher_config().labels(labels))
+        .backoff(fleethub_runtime::watch_backoff())
+        .reflect(writer)
+        .boxed();
+    // The store is complete once the initial list is done; check after every event from then.
+    let wait = async {
+        let mut listed = false;
+        while let Some(event) = events.next().await {
+            listed |= matches!(event, Ok(watcher::Event::InitDone));
+            if listed && ready(&store.state()) {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(timeout, wait)
+        .await
+        .map_err(|_| anyhow::anyhow!("timed out after {timeout:?} waiting for {what}"))?;
+    if ready(&store.state()) {
+        Ok(())
+    } else {
+        anyhow::bail!("the watch for {what} ended early")
+    }
+}
+
+/// Waits for `placement`'s snapshot `index` and a Binding for each of its `clusters`.
+pub async fn wait_placed(
+    client: &Client,
+    placement: &str,
+    index: u64,
+    clusters: usize,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let sel = format!("{}={placement}", names::PLACEMENT_LABEL);
+    let snapshot = names::resource_snapshot_name(placement, index);
+    wait_until(
+        Api::<ResourceSnapshot>::all(client.clone()),
+        &sel,
+        &format!("snapshot {snapshot}"),
+        timeout,
+        |s| s.iter().any(|s| s.name_any() == snapshot),
+    )
+    .await?;
+    wait_until(
+        Api::<Binding>::all(client.clone()),
+        &sel,
+        &format!("{clusters} bindings of placement {placement}"),
+        timeout,
+        |b| b.len() >= clusters,
+    )
+    .await
+}
+
+/// Approves ApprovalRequest `name` as a person does (`Approved=True` on its status).
+pub async fn approve(client: &Client, name: &str) -> anyhow::Result<()> {
+    let patch =
+        fleethub_crds::approval::approve_patch("fleethub-bench", "", jiff::Timestamp::now());
+    Api::<ApprovalRequest>::all(client.clone())
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| anyhow::anyhow!("approving {name}: {e}"))?;
+    Ok(())
+}
+
+async fn delete_labelled<K>(client: &Client) -> anyhow::Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let lp = ListParams::default().labels(&format!("{BENCH_LABEL}=true"));
+    Api::<K>::all(client.clone())
+        .delete_collection(&DeleteParams::background(), &lp)
+        .await
+        .map_err(|e| anyhow::anyhow!("deleting bench {}s: {e}", K::kind(&())))?;
+    Ok(())
+}
+
+/// Deletes everything the bench created (runs, placements with their snapshots, bindings and
+/// Works, strategies, members with their namespaces and RBAC, the content namespace) and waits
+/// until the members' and the content's namespaces are gone. Returns how long it took.
+pub async fn clean_up(client: &Client, timeout: Duration) -> anyhow::Result<Duration> {
+    let start = std::time::Instant::now();
+    delete_labelled::<UpdateRun>(client).await?;
+    delete_labelled::<Placement>(client).await?;
+    delete_labelled::<StagedUpdateStrategy>(client).await?;
+    delete_labelled::<MemberCluster>(client).await?;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for ns in [APP_NAMESPACE, GATED_NAMESPACE] {
+        match namespaces.delete(ns, &DeleteParams::background()).await {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let ours = |n: &Namespace| {
+        let name = n.name_any();
+        name == APP_NAMESPACE
+            || name == GATED_NAMESPACE
+            || names::cluster_of_namespace(&name).is_some_and(|c| c.starts_with(MEMBER_PREFIX))
+    };
+    let (store, writer) = reflector::store::<Namespace>();
+    let mut events = watcher(namespaces, fleethub_runtime::watcher_config())
+        .backoff(fleethub_runtime::watch_backoff())
+        .reflect(writer)
+        .boxed();
+    let wait = async {
+        let mut listed = false;
+        while let Some(event) = events.next().await {
+            listed |= matches!(event, Ok(watcher::Event::InitDone));
+            if listed && !store.state().iter().any(|n| ours(n)) {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(timeout, wait).await.map_err(|_| {
+        let left = store.state().iter().filter(|n| ours(n)).count();
+        anyhow::anyhow!("clean-up: {left} bench namespaces still exist after {timeout:?}")
+    })?;
+    wait_until(
+        Api::<MemberCluster>::all(client.clone()),
+        &format!("{BENCH_LABEL}=true"),
+        "bench MemberClusters to be deleted",
+        timeout
+            .saturating_sub(start.elapsed())
+            .max(Duration::from_secs(5)),
+        |m| m.is_empty(),
+    )
+    .await?;
+    Ok(start.elapsed())
+}

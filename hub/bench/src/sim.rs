@@ -1,0 +1,381 @@
+//! Simulated member agents: lightweight stand-ins for `fleethub-member-agent`, one per bench
+//! member, inside this process, talking to the hub API server as the real agent does:
+//!
+//! - a heartbeat every `heartbeatPeriodSeconds`: read the MemberCluster, then server-side apply
+//!   its status (`Joined=True`, `lastHeartbeatTime`, versions, nodes), spread evenly over the
+//!   period across members;
+//! - a watch on the member's Works (one watch per member, as real agents have, or one shared
+//!   watch over all bench members' namespaces); every new Work generation is reported at once
+//!   with `Applied=True` and `Available=True` (observedGeneration = the Work's generation) and
+//!   `appliedResourceSnapshotIndex`, as `work_status.rs` writes them, under the agent's field
+//!   manager. Nothing is applied to a member cluster: the simulation measures the hub.
+//!
+//! Also here: watches of the hub's answers (UpdateRun status, provisioned ServiceAccounts) that
+//! feed the [`Timeline`].
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fleethub_crds::conditions::{find, is_true};
+use fleethub_crds::update_run::SUCCEEDED;
+use fleethub_crds::work::{APPLIED, AVAILABLE};
+use fleethub_crds::{MemberCluster, UpdateRun, Work, names};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+
+use crate::timeline::Timeline;
+
+/// The field manager of the real member agent (the simulation writes what it writes).
+const AGENT_FIELD_MANAGER: &str = "fleethub/member-agent";
+/// Prefix of every bench member's name.
+pub const MEMBER_PREFIX: &str = "bench-";
+/// Label on every object the bench creates (so clean-up finds them).
+pub const BENCH_LABEL: &str = "fleethub.dev/bench";
+/// Hub API calls the heartbeats may have in flight at once (a burst of joins is spread out).
+const HEARTBEAT_CONCURRENCY: usize = 32;
+
+/// Work generations whose report is being written: (namespace/name, generation).
+type InFlight = Arc<Mutex<HashSet<(String, i64)>>>;
+
+/// How simulated members watch their Works.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum WatchMode {
+    /// One watch per member on its own namespace, like real agents (N watch connections).
+    PerMember,
+    /// One watch over all Works, filtered to bench members' namespaces (one connection).
+    Shared,
+}
+
+/// The running simulation.
+pub struct Simulation {
+    client: Client,
+    timeline: Arc<Timeline>,
+    mode: WatchMode,
+    period: Duration,
+    heartbeat_slots: Arc<Semaphore>,
+    in_flight: InFlight,
+    tasks: Vec<JoinHandle<()>>,
+    members: usize,
+}
+
+impl Simulation {
+    /// A simulation with no members yet; in `Shared` mode its one Work watch starts now.
+    pub fn new(client: Client, timeline: Arc<Timeline>, mode: WatchMode, period: Duration) -> Self {
+        let mut sim = Simulation {
+            client,
+            timeline,
+            mode,
+            period,
+            heartbeat_slots: Arc::new(Semaphore::new(HEARTBEAT_CONCURRENCY)),
+            in_flight: Arc::new(Mutex::new(HashSet::new())),
+            tasks: Vec::new(),
+            members: 0,
+        };
+        if mode == WatchMode::Shared {
+            let api = Api::<Work>::all(sim.client.clone());
+            let (client, timeline, in_flight) = sim.parts();
+            sim.tasks.push(tokio::spawn(async move {
+                let mut works = watcher(api, fleethub_runtime::watcher_config())
+                    .backoff(fleethub_runtime::watch_backoff())
+                    .applied_objects()
+                    .boxed();
+                while let Some(next) = works.next().await {
+                    let Ok(work) = next else { continue };
+                    let is_bench = work.namespace().is_some_and(|ns| {
+                        names::cluster_of_namespace(&ns)
+                            .is_some_and(|c| c.starts_with(MEMBER_PREFIX))
+                    });
+                    if is_bench {
+                        // Each member reacts on its own: do not serialize them on one stream.
+                        let (c, t, f) = (client.clone(), timeline.clone(), in_flight.clone());
+                        tokio::spawn(async move { report(&c, &t, &f, work).await });
+                    }
+                }
+            }));
+        }
+        sim
+    }
+
+    fn parts(&self) -> (Client, Arc<Timeline>, InFlight) {
+        (
+            self.client.clone(),
+            self.timeline.clone(),
+            self.in_flight.clone(),
+        )
+    }
+
+    /// Starts the agents of `members` (heartbeats, and Work watches in `PerMember` mode).
+    pub fn add(&mut self, members: &[String]) {
+        let n = members.len().max(1) as u32;
+        for (k, member) in members.iter().enumerate() {
+            // The first beat at once (that joins the member); later ones spread over the period.
+            let offset = self.period * k as u32 / n;
+            let (client, timeline, in_flight) = self.parts();
+            let (member, period, slots) =
+                (member.clone(), self.period, self.heartbeat_slots.clone());
+            self.tasks.push(tokio::spawn(heartbeats(
+                client.clone(),
+                member.clone(),
+                period,
+                offset,
+                slots,
+            )));
+            if self.mode == WatchMode::PerMember {
+                let api =
+                    Api::<Work>::namespaced(client.clone(), &names::member_namespace(&member));
+                self.tasks.push(tokio::spawn(async move {
+                    let mut works = watcher(api, fleethub_runtime::watcher_config())
+                        .backoff(fleethub_runtime::watch_backoff())
+                        .applied_objects()
+                        .boxed();
+                    while let Some(next) = works.next().await {
+                        if let Ok(work) = next {
+                            report(&client, &timeline, &in_flight, work).await;
+                        }
+                    }
+                }));
+            }
+        }
+        self.members += members.len();
+    }
+
+    /// How many members are simulated.
+    pub fn members(&self) -> usize {
+        self.members
+    }
+
+    /// Stops every agent.
+    pub fn stop(&mut self) {
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for Simulation {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One member's heartbeats, forever.
+async fn heartbeats(
+    client: Client,
+    member: String,
+    period: Duration,
+    offset: Duration,
+    slots: Arc<Semaphore>,
+) {
+    let api: Api<MemberCluster> = Api::all(client);
+    let joined_at = jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .unwrap_or_else(|_| jiff::Timestamp::now());
+    let mut first = true;
+    loop {
+        {
+            let Ok(_permit) = slots.acquire().await else {
+                return;
+            };
+            if let Err(e) = beat(&api, &member, period, joined_at).await {
+                tracing::debug!(member, error = %e, "simulated heartbeat failed");
+            }
+        }
+        let wait = if first { period + offset } else { period };
+        first = false;
+        tokio::time::sleep(wait).await;
+    }
+}
+
+async fn beat(
+    api: &Api<MemberCluster>,
+    member: &str,
+    period: Duration,
+    joined_at: jiff::Timestamp,
+) -> Result<(), kube::Error> {
+    // The real agent reads its MemberCluster before every beat.
+    let Some(mc) = api.get_opt(member).await? else {
+        return Ok(());
+    };
+    let now = jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .unwrap_or(joined_at);
+    let status = json!({
+        "apiVersion": "fleethub.dev/v1alpha1",
+        "kind": "MemberCluster",
+        "metadata": {"name": member},
+        "status": {
+            "conditions": [{"type": "Joined", "status": "True", "reason": "AgentJoined",
+                "message": format!("simulated agent heartbeats every {}s", period.as_secs()),
+                "observedGeneration": mc.metadata.generation,
+                "lastTransitionTime": joined_at.to_string()}],
+            "lastHeartbeatTime": now.to_string(),
+            "agentVersion": "fleethub-bench-simulated",
+            "kubernetesVersion": "v1.33.13",
+            "nodeCount": 3,
+            "allocatable": {"cpu": "24", "memory": "96Gi", "pods": "330"},
+        },
+    });
+    api.patch_status(
+        member,
+        &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
+        &Patch::Apply(&status),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Reports a new Work generation applied and available, as the real agent does once its
+/// manifests are applied and ready.
+async fn report(
+    client: &Client,
+    timeline: &Timeline,
+    in_flight: &Mutex<HashSet<(String, i64)>>,
+    work: Work,
+) {
+    let seen = Instant::now();
+    let Some(ns) = work.namespace() else { return };
+    let Some(cluster) = names::cluster_of_namespace(&ns).map(str::to_string) else {
+        return;
+    };
+    if work.metadata.deletion_timestamp.is_some() {
+        return;
+    }
+    let generation = work.metadata.generation.unwrap_or_default();
+    let reported = work
+        .status
+        .as_ref()
+        .and_then(|s| find(&s.conditions, AVAILABLE))
+        .and_then(|c| c.observed_generation);
+    if reported == Some(generation) {
+        return;
+    }
+    let index = work.spec.resource_snapshot_index;
+    let key = (work.spec.placement_name.clone(), cluster, index);
+    timeline.work_seen(key.clone(), seen);
+    let flight = (format!("{ns}/{}", work.name_any()), generation);
+    let first = in_flight
+        .lock()
+        .map(|mut f| f.insert(flight.clone()))
+        .unwrap_or(false);
+    if !first {
+        return; // this generation's report is already on its way
+    }
+    let now = jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .unwrap_or_else(|_| jiff::Timestamp::now())
+        .to_string();
+    let cond = |type_: &str, reason: &str, message: String| {
+        json!({"type": type_, "status": "True", "reason": reason, "message": message,
+               "observedGeneration": generation, "lastTransitionTime": now})
+    };
+    let n = work.spec.workload.manifests.len();
+    let body = json!({
+        "apiVersion": "fleethub.dev/v1alpha1",
+        "kind": "Work",
+        "metadata": {"name": work.name_any(), "namespace": ns},
+        "status": {
+            "conditions": [
+                cond(APPLIED, "ManifestsApplied", format!("applied {n} manifests of resource snapshot {index} (simulated)")),
+                cond(AVAILABLE, "ManifestsAvailable", format!("{n} manifests available (simulated)")),
+            ],
+            "appliedResourceSnapshotIndex": index,
+        },
+    });
+    let api: Api<Work> = Api::namespaced(client.clone(), &ns);
+    let mut ok = false;
+    for attempt in 0..5u32 {
+        let sent = Instant::now();
+        match api
+            .patch_status(
+                &work.name_any(),
+                &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+        {
+            Ok(_) => {
+                if !timeline.was_reported(&key) {
+                    timeline.reported(key.clone(), sent);
+                }
+                ok = true;
+                break;
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => break, // the Work is gone
+            Err(e) => {
+                tracing::debug!(work = %flight.0, attempt, error = %e, "simulated status write failed");
+                tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+            }
+        }
+    }
+    if !ok {
+        timeline.status_write_failed();
+    }
+    if let Ok(mut f) = in_flight.lock() {
+        f.remove(&flight);
+    }
+}
+
+/// Watches bench UpdateRuns and records each cluster the hub marks succeeded and each run's
+/// outcome.
+pub fn watch_runs(client: Client, timeline: Arc<Timeline>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let api: Api<UpdateRun> = Api::all(client);
+        let cfg = fleethub_runtime::watcher_config().labels(&format!("{BENCH_LABEL}=true"));
+        let mut runs = watcher(api, cfg)
+            .backoff(fleethub_runtime::watch_backoff())
+            .applied_objects()
+            .boxed();
+        while let Some(next) = runs.next().await {
+            let Ok(run) = next else { continue };
+            let at = Instant::now();
+            let name = run.name_any();
+            let Some(status) = run.status.as_ref() else {
+                continue;
+            };
+            for stage in &status.stages_status {
+                for c in &stage.clusters {
+                    if is_true(&c.conditions, SUCCEEDED) {
+                        timeline.cluster_done(&name, &c.cluster_name, at);
+                    }
+                }
+            }
+            match find(&status.conditions, SUCCEEDED) {
+                Some(c) if c.status == "True" => timeline.run_succeeded(&name, at),
+                Some(c) => timeline.run_failed(&name, format!("{}: {}", c.reason, c.message)),
+                None => {}
+            }
+        }
+    })
+}
+
+/// Watches the agents' ServiceAccounts the hub provisions and records when each bench member's
+/// appeared.
+pub fn watch_provisioning(client: Client, timeline: Arc<Timeline>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let api: Api<ServiceAccount> = Api::all(client);
+        let cfg = fleethub_runtime::watcher_config().fields("metadata.name=member-agent");
+        let mut accounts = watcher(api, cfg)
+            .backoff(fleethub_runtime::watch_backoff())
+            .applied_objects()
+            .boxed();
+        while let Some(next) = accounts.next().await {
+            let Ok(sa) = next else { continue };
+            let at = Instant::now();
+            if let Some(c) = sa
+                .namespace()
+                .as_deref()
+                .and_then(names::cluster_of_namespace)
+                && c.starts_with(MEMBER_PREFIX)
+            {
+                timeline.provisioned(c, at);
+            }
+        }
+    })
+}
