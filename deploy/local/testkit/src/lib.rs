@@ -72,6 +72,16 @@ impl Fleet {
         if status_ok(&dir) {
             return Fleet::at(dir);
         }
+        // A fleet set up there whose status check failed (a component a fault test killed and
+        // is restarting, or an API server slow to answer on a loaded machine) is still the
+        // fleet to test: starting a second, private one would hide it and double the load.
+        if dir.join("fleet.env").exists() && dir.join("run").is_dir() {
+            eprintln!(
+                "fleethub-testkit: the fleet in {} reports a problem (deploy/local/fleet status); using it anyway",
+                dir.display()
+            );
+            return Fleet::at(dir);
+        }
         let dir = repo_root().join(format!(".fleet-test-{}", std::process::id()));
         let base = free_port_base()
             .ok_or_else(|| Error::Fleet("no free port range for a private fleet".into()))?;
