@@ -152,7 +152,13 @@ async fn one_hub_leads_and_a_standby_takes_over() {
         "the standby reconciled; its log:\n{}",
         standby.log()
     );
-    assert!(standby.log().contains("standing by"), "{}", standby.log());
+    // It says so once it has seen the leader's lease (its first attempt may have lost the race
+    // to create the lease, which it logs nothing for).
+    let says = poll_until("the standby to log that it stands by", TIMEOUT, || async {
+        standby.log().contains("standing by").then_some(())
+    })
+    .await;
+    assert!(says.is_ok(), "{}", standby.log());
 
     // SIGKILL the leader: the standby takes over once the lease runs out.
     let killed_identity = leader.identity.clone();
