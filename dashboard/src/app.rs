@@ -120,7 +120,7 @@ pub fn App() -> impl IntoView {
                 </nav>
                 <span
                     class="live"
-                    data-live=move || if live.connected.get() { "on" } else { "off" }
+                    data-live={move || if live.connected.get() { "on" } else { "off" }}
                     title="Whether changes on the hub appear here as they happen"
                 >
                     {move || if live.connected.get() { "● live" } else { "○ not live" }}
@@ -168,19 +168,25 @@ pub fn App() -> impl IntoView {
 async fn session() -> Result<crate::server::session::Session, ServerFnError> {
     // Missing only outside a request (e.g. while the route list is generated).
     let state = use_context::<crate::server::AppState>()
-        .ok_or_else(|| ServerFnError::ServerError("no request context".into()))?;
+        .ok_or_else(|| server_error("no request context"))?;
     let headers: axum::http::HeaderMap = leptos_axum::extract()
         .await
-        .map_err(|e| ServerFnError::ServerError(e.to_string()))?;
+        .map_err(|e| server_error(e.to_string()))?;
     state
         .sessions
         .from_headers(&headers)
-        .ok_or_else(|| ServerFnError::ServerError(crate::server::error::Error::NotSignedIn.to_string()))
+        .ok_or_else(|| server_error(crate::server::error::Error::NotSignedIn.to_string()))
+}
+
+/// A server function error whose message is a sentence for the page.
+#[cfg(feature = "ssr")]
+fn server_error(message: impl Into<String>) -> ServerFnError {
+    ServerFnError::ServerError(message.into())
 }
 
 #[cfg(feature = "ssr")]
 fn sentence(e: crate::server::error::Error) -> ServerFnError {
-    ServerFnError::ServerError(e.to_string())
+    server_error(e.to_string())
 }
 
 /// The signed-in user and what they may do.
@@ -421,7 +427,7 @@ fn placement_section(
                 .iter()
                 .map(|s| {
                     view! {
-                        <option value=s.clone() selected=s == selected>
+                        <option value=s.clone() selected={s == selected}>
                             {s.clone()}
                         </option>
                     }
@@ -617,7 +623,7 @@ fn RunsPage() -> impl IntoView {
 fn progress(done: usize, total: usize) -> impl IntoView {
     view! {
         <span class="progress">
-            <progress max=total.max(1).to_string() value=done.to_string()></progress>
+            <progress max={total.max(1).to_string()} value={done.to_string()}></progress>
             " "
             {format!("{done} of {total} clusters")}
         </span>
@@ -784,7 +790,7 @@ fn task_view(t: TaskView, can_approve: bool) -> impl IntoView {
                 <li class="task" data-task="TimedWait">
                     <b>"Wait " {wait}</b>
                     " — "
-                    <span class=if elapsed { "badge good" } else { "badge wait" }>
+                    <span class={if elapsed { "badge good" } else { "badge wait" }}>
                         {if elapsed { "Elapsed" } else { "Waiting" }}
                     </span>
                     " "

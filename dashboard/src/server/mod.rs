@@ -138,10 +138,11 @@ fn error_response(e: Error, user: Option<&str>) -> Response {
     (status, pages::error_page(&e.to_string(), user, sign_in)).into_response()
 }
 
-async fn not_found(Extension(s): Extension<Session>) -> Response {
+async fn not_found(req: Request) -> Response {
+    let user = req.extensions().get::<Session>().map(|s| s.user.clone());
     (
         StatusCode::NOT_FOUND,
-        pages::error_page("There is no such page.", Some(&s.user), false),
+        pages::error_page("There is no such page.", user.as_deref(), false),
     )
         .into_response()
 }
