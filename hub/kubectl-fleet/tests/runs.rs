@@ -286,9 +286,23 @@ async fn kubectl_finds_the_plugin_on_path_and_gates_of_gone_runs_are_refused() {
     s.create(json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "UpdateRun", "metadata": {"name": failing},
         "spec": {"placementName": format!("missing-{}", s.id), "resourceSnapshotIndex": "0", "stagedRolloutStrategyName": "none"}}))
     .await;
+    let watch = plugin_spawn(fleet, &["run", &failing, "--watch"]);
+    // First the hub's verdict (so a slow hub and a watcher that misses it fail differently).
+    wait_for(
+        &Api::<UpdateRun>::all(s.hub.clone()),
+        &failing,
+        "the hub to fail the run",
+        TIMEOUT,
+        |r: Option<&UpdateRun>| {
+            r.and_then(|r| r.status.as_ref())
+                .is_some_and(|s| find(&s.conditions, "Succeeded").is_some())
+        },
+    )
+    .await
+    .unwrap();
     let out = wait_exit(
-        plugin_spawn(fleet, &["run", &failing, "--watch"]),
-        "run --watch of a failing run to exit",
+        watch,
+        "run --watch of the failed run to exit",
         Duration::from_secs(60),
     )
     .await;
