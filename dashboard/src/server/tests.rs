@@ -8,6 +8,11 @@ use tower::ServiceExt;
 
 use super::*;
 
+/// Leptos keeps process-wide rendering state; each `#[tokio::test]` has a runtime of its own,
+/// and rendering on several of them at once sometimes never finishes. The router tests take
+/// turns (the server itself runs one runtime).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A hub address nothing listens on.
 const NOWHERE: &str = "https://127.0.0.1:9";
 
@@ -59,6 +64,7 @@ fn assert_is_a_page_with(body: &str, sentence: &str) {
 
 #[tokio::test]
 async fn without_a_session_pages_redirect_to_sign_in_and_posts_are_refused() {
+    let _turn = SERIAL.lock().await;
     let st = state();
     let (status, headers, _) = send(&st, Request::get("/runs/r1").body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::SEE_OTHER);
@@ -87,6 +93,7 @@ async fn without_a_session_pages_redirect_to_sign_in_and_posts_are_refused() {
 
 #[tokio::test]
 async fn sign_in_failures_are_explained() {
+    let _turn = SERIAL.lock().await;
     let st = state();
     let (status, headers, body) = send(&st, post("/login", None, "token=&next=%2F")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
@@ -102,6 +109,7 @@ async fn sign_in_failures_are_explained() {
 
 #[tokio::test]
 async fn state_changing_requests_need_the_sessions_csrf_token() {
+    let _turn = SERIAL.lock().await;
     let st = state();
     let (cookie, csrf) = sign_in(&st);
     for (uri, body) in [
@@ -127,6 +135,7 @@ async fn state_changing_requests_need_the_sessions_csrf_token() {
 
 #[tokio::test]
 async fn hub_failures_are_sentences_on_pages_and_actions() {
+    let _turn = SERIAL.lock().await;
     let st = state();
     let (cookie, csrf) = sign_in(&st);
     // An action with a valid token reaches for the hub, which does not answer.
