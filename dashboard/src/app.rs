@@ -68,8 +68,8 @@ impl Live {
         let Ok(es) = web_sys::EventSource::new("/events") else {
             return;
         };
-        let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(
-            move |e: web_sys::MessageEvent| {
+        let on_message =
+            Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
                 let kind = e.data().as_string().unwrap_or_default();
                 if kind == "memberclusters" || kind == "all" {
                     self.members.update(|v| *v += 1);
@@ -77,8 +77,7 @@ impl Live {
                 if kind != "memberclusters" {
                     self.rollouts.update(|v| *v += 1);
                 }
-            },
-        );
+            });
         let on_open = Closure::<dyn FnMut()>::new(move || self.connected.set(true));
         let on_error = Closure::<dyn FnMut()>::new(move || self.connected.set(false));
         es.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
@@ -207,7 +206,9 @@ pub async fn get_fleet() -> Result<FleetView, ServerFnError> {
 #[server]
 pub async fn get_placements() -> Result<PlacementsView, ServerFnError> {
     let s = session().await?;
-    crate::server::hub::placements(&s.client).await.map_err(sentence)
+    crate::server::hub::placements(&s.client)
+        .await
+        .map_err(sentence)
 }
 
 /// The Runs page's data.
@@ -221,14 +222,18 @@ pub async fn get_runs() -> Result<RunsView, ServerFnError> {
 #[server]
 pub async fn get_run(name: String) -> Result<RunView, ServerFnError> {
     let s = session().await?;
-    crate::server::hub::run(&s.client, &name).await.map_err(sentence)
+    crate::server::hub::run(&s.client, &name)
+        .await
+        .map_err(sentence)
 }
 
 /// The Approvals page's data.
 #[server]
 pub async fn get_approvals() -> Result<ApprovalsView, ServerFnError> {
     let s = session().await?;
-    crate::server::hub::approvals(&s.client).await.map_err(sentence)
+    crate::server::hub::approvals(&s.client)
+        .await
+        .map_err(sentence)
 }
 
 /// One ApprovalRequest (for the confirmation page).
@@ -249,7 +254,11 @@ pub async fn get_approval(name: String) -> Result<ApprovalRow, ServerFnError> {
         name,
         run: ar.spec.parent_stage_rollout.clone(),
         stage: ar.spec.target_stage.clone(),
-        created: ar.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()),
+        created: ar
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.as_second()),
         approved_by,
     })
 }
@@ -349,7 +358,7 @@ fn fleet_table(v: FleetView) -> impl IntoView {
                     .map(|m| {
                         view! {
                             <tr data-cluster=m.name.clone()>
-                                <td>
+                                <td class="name">
                                     <b>{m.name.clone()}</b>
                                 </td>
                                 <td class="labels">
@@ -658,21 +667,24 @@ fn RunPage() -> impl IntoView {
 
 fn run_view(v: RunView, me: Option<Me>) -> impl IntoView {
     let name = v.row.name.clone();
-    let actions = me.clone().filter(|m| m.can_update_runs && !v.finished).map(|me| {
-        let (path, label, class) = if v.stopped {
-            ("resume", "Resume run", "button primary")
-        } else {
-            ("stop", "Stop run", "button warn")
-        };
-        view! {
-            <form class="inline" method="post" action=format!("/runs/{name}/{path}")>
-                <input type="hidden" name="csrf" value=me.csrf.clone() />
-                <button type="submit" class=class>
-                    {label}
-                </button>
-            </form>
-        }
-    });
+    let actions = me
+        .clone()
+        .filter(|m| m.can_update_runs && !v.finished)
+        .map(|me| {
+            let (path, label, class) = if v.stopped {
+                ("resume", "Resume run", "button primary")
+            } else {
+                ("stop", "Stop run", "button warn")
+            };
+            view! {
+                <form class="inline" method="post" action=format!("/runs/{name}/{path}")>
+                    <input type="hidden" name="csrf" value=me.csrf.clone() />
+                    <button type="submit" class=class>
+                        {label}
+                    </button>
+                </form>
+            }
+        });
     let can_approve = me.as_ref().is_some_and(|m| m.can_approve);
     view! {
         <h1>
@@ -778,7 +790,9 @@ fn task_view(t: TaskView, can_approve: bool) -> impl IntoView {
         } => {
             let status = move || {
                 if elapsed {
-                    "done".to_string()
+                    until
+                        .map(|u| format!("ended {}", clock(Some(u))))
+                        .unwrap_or_default()
                 } else {
                     match until {
                         Some(u) => countdown(u, live.now.get()),
@@ -801,26 +815,32 @@ fn task_view(t: TaskView, can_approve: bool) -> impl IntoView {
         }
         TaskView::Approval {
             request,
+            approved,
             approved_by,
+            note,
             approved_at,
             accepted,
             pending,
         } => {
-            let state = match (&approved_by, pending) {
-                (Some(who), _) => view! {
+            let state = match (approved, pending) {
+                (true, _) => view! {
                     <span class="badge good">"Approved"</span>
                     " "
                     <span class="approved-by">
-                        {format!("by {who} at {}", clock(approved_at))}
+                        {approved_by.map(|who| format!("by {who} "))}
+                        {format!("at {}", clock(approved_at))}
                         {(!accepted).then_some(" (the run has not picked it up yet)")}
                     </span>
+                    {note.map(|n| view! { " " <q class="note">{n}</q> })}
                 }
                 .into_any(),
-                (None, true) => view! { <span class="badge wait">"Waiting for approval"</span> }
-                    .into_any(),
-                (None, false) if accepted => view! { <span class="badge good">"Approved"</span> }
-                    .into_any(),
-                (None, false) => view! {
+                (false, true) => {
+                    view! { <span class="badge wait">"Waiting for approval"</span> }.into_any()
+                }
+                (false, false) if accepted => {
+                    view! { <span class="badge good">"Approved"</span> }.into_any()
+                }
+                (false, false) => view! {
                     <span class="badge idle">"Not reached yet"</span>
                 }
                 .into_any(),

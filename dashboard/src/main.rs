@@ -13,7 +13,11 @@ use leptos::prelude::LeptosOptions;
 #[command(version, about)]
 struct Args {
     /// Address to serve the dashboard on.
-    #[arg(long, env = "FLEETHUB_DASHBOARD_LISTEN", default_value = "127.0.0.1:8443")]
+    #[arg(
+        long,
+        env = "FLEETHUB_DASHBOARD_LISTEN",
+        default_value = "127.0.0.1:8443"
+    )]
     listen: SocketAddr,
     /// Kubeconfig of the hub: only its server address and CA are used; users sign in with
     /// their own tokens.
@@ -26,7 +30,11 @@ struct Args {
     reviewer_token_file: Option<PathBuf>,
     /// Directory with the browser bundle (`pkg/fleethub-dashboard.js` and `…_bg.wasm`), as
     /// `dashboard/build` writes it.
-    #[arg(long, env = "FLEETHUB_DASHBOARD_SITE_ROOT", default_value = "target/site")]
+    #[arg(
+        long,
+        env = "FLEETHUB_DASHBOARD_SITE_ROOT",
+        default_value = "target/site"
+    )]
     site_root: String,
     /// Mark the session cookie `Secure` (set when served over https, e.g. behind an ingress).
     #[arg(long, env = "FLEETHUB_DASHBOARD_SECURE_COOKIES")]

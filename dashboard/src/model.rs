@@ -249,8 +249,14 @@ pub enum TaskView {
     Approval {
         /// The ApprovalRequest's name, once created.
         request: Option<String>,
-        /// Who approved (from the Approved condition's message), if approved.
+        /// Whether a person approved it (`Approved=True` on the ApprovalRequest).
+        approved: bool,
+        /// Who approved, when the condition's message says so ("approved by alice: …", as
+        /// the dashboard and `kubectl fleet approve` write it; a hand-written kubectl patch
+        /// may not).
         approved_by: Option<String>,
+        /// The approver's note: the rest of the message, or all of it when it names no one.
+        note: Option<String>,
         /// When it was approved, unix seconds.
         approved_at: Option<i64>,
         /// Whether the run has seen the approval.

@@ -90,8 +90,9 @@ function workload(image) {
   };
 }
 
+/** Condition `type` of an object (in its status) or of a status entry (a stage, a cluster). */
 function condition(obj, type) {
-  return obj?.status?.conditions?.find((c) => c.type === type);
+  return (obj?.status?.conditions ?? obj?.conditions)?.find((c) => c.type === type);
 }
 
 function startRun(name, index) {
@@ -152,10 +153,10 @@ function assertCompleteAndOrdered(run) {
   );
   for (const s of stages) {
     assert.ok(s.startTime && s.endTime, `stage ${s.stageName} has start and end times`);
-    assert.equal(condition(s, 'Succeeded')?.status, 'True', `stage ${s.stageName} succeeded`);
+    assert.equal(condition(s, 'Succeeded')?.status, 'True', `stage ${s.stageName} succeeded: ${JSON.stringify(s.conditions)}`);
     for (const c of s.clusters) {
       assert.ok(c.startTime && c.endTime, `${c.clusterName} has start and end times`);
-      assert.equal(condition(c, 'Succeeded')?.status, 'True', `${c.clusterName} succeeded`);
+      assert.equal(condition(c, 'Succeeded')?.status, 'True', `${c.clusterName} succeeded: ${JSON.stringify(c.conditions)}`);
     }
   }
   // No stage's cluster started before the previous stage (and its gates) ended.

@@ -22,8 +22,12 @@ use super::session::Session;
 /// Changes that arrive this close together are sent as one event.
 const COALESCE: Duration = Duration::from_millis(40);
 
-fn forward<K>(client: &Client, kind: &'static str, tx: mpsc::Sender<&'static str>, stop: CancellationToken)
-where
+fn forward<K>(
+    client: &Client,
+    kind: &'static str,
+    tx: mpsc::Sender<&'static str>,
+    stop: CancellationToken,
+) where
     K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
         + Clone
         + serde::de::DeserializeOwned
@@ -45,7 +49,9 @@ where
                 None => return,
                 // The initial list (and a relist) ends with InitDone: a change may have been
                 // missed in between, so it counts as one.
-                Some(Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone)) => {
+                Some(Ok(
+                    watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone,
+                )) => {
                     if tx.send(kind).await.is_err() {
                         return;
                     }

@@ -91,18 +91,22 @@ impl Hub {
         let out = Api::<TokenReview>::all(reviewer.clone())
             .create(&PostParams::default(), &review)
             .await
-            .map_err(|e| match Error::from_kube(e, "check your token", "TokenReview") {
-                // The dashboard's own identity was refused: an installation problem.
-                Error::Forbidden { message, .. } => Error::Unavailable {
-                    action: "check your token".into(),
-                    detail: format!("the dashboard's identity may not create TokenReviews: {message}"),
+            .map_err(
+                |e| match Error::from_kube(e, "check your token", "TokenReview") {
+                    // The dashboard's own identity was refused: an installation problem.
+                    Error::Forbidden { message, .. } => Error::Unavailable {
+                        action: "check your token".into(),
+                        detail: format!(
+                            "the dashboard's identity may not create TokenReviews: {message}"
+                        ),
+                    },
+                    Error::TokenRejected => Error::Unavailable {
+                        action: "check your token".into(),
+                        detail: "the hub did not accept the dashboard's own identity".into(),
+                    },
+                    other => other,
                 },
-                Error::TokenRejected => Error::Unavailable {
-                    action: "check your token".into(),
-                    detail: "the hub did not accept the dashboard's own identity".into(),
-                },
-                other => other,
-            })?;
+            )?;
         let status = out.status.unwrap_or_default();
         if status.authenticated != Some(true) {
             return Err(Error::BadInput(
@@ -187,7 +191,9 @@ pub async fn me(client: &Client, user: &str, csrf: &str) -> Me {
 
 /// The Fleet page.
 pub async fn fleet(client: &Client) -> Result<FleetView, Error> {
-    Ok(views::fleet(list::<MemberCluster>(client, "member clusters").await?))
+    Ok(views::fleet(
+        list::<MemberCluster>(client, "member clusters").await?,
+    ))
 }
 
 /// The Placements page.
@@ -225,7 +231,9 @@ pub async fn run(client: &Client, name: &str) -> Result<RunView, Error> {
             fleethub_crds::names::UPDATE_RUN_LABEL
         )))
         .await
-        .map_err(|e| Error::from_kube(e, "list the run's approval requests", "approval requests"))?;
+        .map_err(|e| {
+            Error::from_kube(e, "list the run's approval requests", "approval requests")
+        })?;
     Ok(views::run(&run, &approvals.items))
 }
 
@@ -241,7 +249,13 @@ pub async fn approval(client: &Client, name: &str) -> Result<ApprovalRequest, Er
     Api::<ApprovalRequest>::all(client.clone())
         .get(name)
         .await
-        .map_err(|e| Error::from_kube(e, "load the approval request", &format!("ApprovalRequest {name}")))
+        .map_err(|e| {
+            Error::from_kube(
+                e,
+                "load the approval request",
+                &format!("ApprovalRequest {name}"),
+            )
+        })
 }
 
 /// Approves ApprovalRequest `name` as `user`: exactly the status change `kubectl patch
@@ -266,7 +280,11 @@ pub async fn approve(
 }
 
 /// Stops (`Stop`) or resumes (`Run`) run `name`.
-pub async fn set_run_state(client: &Client, name: &str, state: UpdateRunState) -> Result<(), Error> {
+pub async fn set_run_state(
+    client: &Client,
+    name: &str,
+    state: UpdateRunState,
+) -> Result<(), Error> {
     let verb = match state {
         UpdateRunState::Stop => "stop",
         UpdateRunState::Run => "resume",
@@ -276,7 +294,13 @@ pub async fn set_run_state(client: &Client, name: &str, state: UpdateRunState) -
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(|_| ())
-        .map_err(|e| Error::from_kube(e, &format!("{verb} run {name}"), &format!("UpdateRun {name}")))
+        .map_err(|e| {
+            Error::from_kube(
+                e,
+                &format!("{verb} run {name}"),
+                &format!("UpdateRun {name}"),
+            )
+        })
 }
 
 /// Creates a run of `placement` to snapshot `index` with `strategy`; returns its name.
@@ -286,17 +310,25 @@ pub async fn create_run(
     index: i64,
     strategy: &str,
 ) -> Result<String, Error> {
-    if !fleethub_crds::names::is_dns_label(placement) || !fleethub_crds::names::is_dns_label(strategy) {
+    if !fleethub_crds::names::is_dns_label(placement)
+        || !fleethub_crds::names::is_dns_label(strategy)
+    {
         return Err(Error::BadInput(format!(
             "Placement {placement:?} or strategy {strategy:?} is not a valid name."
         )));
     }
     if index < 0 {
-        return Err(Error::BadInput(format!("Snapshot index {index} is negative.")));
+        return Err(Error::BadInput(format!(
+            "Snapshot index {index} is negative."
+        )));
     }
     // Names stay DNS labels of at most 63 characters (ApprovalRequests are <run>-<stage>).
     let prefix: String = format!("{placement}-{index}").chars().take(40).collect();
-    let name = format!("{}-{}", prefix.trim_end_matches('-'), &super::session::random_hex(3));
+    let name = format!(
+        "{}-{}",
+        prefix.trim_end_matches('-'),
+        &super::session::random_hex(3)
+    );
     let run = UpdateRun::new(
         &name,
         UpdateRunSpec {
@@ -307,7 +339,13 @@ pub async fn create_run(
         },
     );
     Api::<UpdateRun>::all(client.clone())
-        .create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &run)
+        .create(
+            &PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            },
+            &run,
+        )
         .await
         .map_err(|e| {
             Error::from_kube(

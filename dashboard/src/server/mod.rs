@@ -62,17 +62,15 @@ pub fn router(state: AppState) -> Router {
         .route("/style.css", get(style))
         .route("/healthz", get(|| async { "ok" }))
         .nest_service("/pkg", pkg)
-        .leptos_routes_with_context(
-            &state,
-            routes,
-            move || provide_context(ctx.clone()),
-            {
-                let options = state.leptos.clone();
-                move || shell(options.clone())
-            },
-        )
+        .leptos_routes_with_context(&state, routes, move || provide_context(ctx.clone()), {
+            let options = state.leptos.clone();
+            move || shell(options.clone())
+        })
         .fallback(not_found)
-        .layer(middleware::from_fn_with_state(state.clone(), require_session))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            require_session,
+        ))
         .layer(middleware::from_fn(security_headers))
         .with_state(state)
 }
@@ -113,7 +111,10 @@ async fn security_headers(req: Request, next: Next) -> Response {
     let mut res = next.run(req).await;
     let h = res.headers_mut();
     h.insert("x-frame-options", HeaderValue::from_static("DENY"));
-    h.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
     h.insert("referrer-policy", HeaderValue::from_static("same-origin"));
     res
 }
@@ -160,9 +161,7 @@ struct LoginQuery {
     next: Option<String>,
 }
 
-async fn login_page(
-    axum::extract::Query(q): axum::extract::Query<LoginQuery>,
-) -> Response {
+async fn login_page(axum::extract::Query(q): axum::extract::Query<LoginQuery>) -> Response {
     pages::login_page(None, q.next.as_deref().unwrap_or("/")).into_response()
 }
 
@@ -181,7 +180,10 @@ async fn login(State(state): State<AppState>, Form(f): Form<LoginForm>) -> Respo
         (status, pages::login_page(Some(&msg), &next)).into_response()
     };
     if token.is_empty() {
-        return fail(StatusCode::BAD_REQUEST, "Paste a Kubernetes bearer token to sign in.".into());
+        return fail(
+            StatusCode::BAD_REQUEST,
+            "Paste a Kubernetes bearer token to sign in.".into(),
+        );
     }
     let user = match state.hub.review(&token).await {
         Ok(u) => u,

@@ -54,7 +54,12 @@ fn page(title: &str, header_right: &str, body: &str) -> Html<String> {
 /// The sign-in page, with an error sentence after a failed attempt.
 pub fn login_page(error: Option<&str>, next: &str) -> Html<String> {
     let error = error
-        .map(|e| format!(r#"<div class="error" role="alert"><p>{}</p></div>"#, escape(e)))
+        .map(|e| {
+            format!(
+                r#"<div class="error" role="alert"><p>{}</p></div>"#,
+                escape(e)
+            )
+        })
         .unwrap_or_default();
     page(
         "Sign in",
@@ -80,7 +85,12 @@ and <code>$FLEET_DIR/viewer.token</code> (read-only); <code>deploy/local/fleet u
 /// A failed action, explained.
 pub fn error_page(message: &str, user: Option<&str>, sign_in: bool) -> Html<String> {
     let who = user
-        .map(|u| format!(r#"<span class="user">Signed in as <b>{}</b></span>"#, escape(u)))
+        .map(|u| {
+            format!(
+                r#"<span class="user">Signed in as <b>{}</b></span>"#,
+                escape(u)
+            )
+        })
         .unwrap_or_default();
     let action = if sign_in {
         r#"<a class="button primary" href="/login">Sign in</a>"#
@@ -103,7 +113,10 @@ mod tests {
 
     #[test]
     fn user_text_is_escaped_and_next_stays_on_this_site() {
-        assert_eq!(escape(r#"<a href="x">&'"#), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+        assert_eq!(
+            escape(r#"<a href="x">&'"#),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
         assert_eq!(safe_next("/runs/a?b=c"), "/runs/a?b=c");
         assert_eq!(safe_next("//evil.example"), "/");
         assert_eq!(safe_next("https://evil.example"), "/");

@@ -35,7 +35,10 @@ fn sign_in(state: &AppState) -> (String, String) {
         .sessions
         .create("alice".into(), "token-of-alice".into(), client);
     let mut h = axum::http::HeaderMap::new();
-    h.insert(header::COOKIE, format!("fleethub_session={id}").parse().unwrap());
+    h.insert(
+        header::COOKIE,
+        format!("fleethub_session={id}").parse().unwrap(),
+    );
     let csrf = state.sessions.from_headers(&h).unwrap().csrf;
     (format!("fleethub_session={id}"), csrf)
 }
@@ -49,7 +52,8 @@ async fn send(state: &AppState, req: Request<Body>) -> (StatusCode, axum::http::
 }
 
 fn post(uri: &str, cookie: Option<&str>, body: &str) -> Request<Body> {
-    let mut b = Request::post(uri).header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+    let mut b =
+        Request::post(uri).header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
     if let Some(c) = cookie {
         b = b.header(header::COOKIE, c);
     }
@@ -57,7 +61,10 @@ fn post(uri: &str, cookie: Option<&str>, body: &str) -> Request<Body> {
 }
 
 fn assert_is_a_page_with(body: &str, sentence: &str) {
-    assert!(body.starts_with("<!DOCTYPE html>"), "not an HTML page: {body}");
+    assert!(
+        body.starts_with("<!DOCTYPE html>"),
+        "not an HTML page: {body}"
+    );
     assert!(body.contains(sentence), "{sentence:?} not in {body}");
     assert!(!body.trim_start().starts_with('{'), "raw JSON: {body}");
 }
@@ -66,7 +73,8 @@ fn assert_is_a_page_with(body: &str, sentence: &str) {
 async fn without_a_session_pages_redirect_to_sign_in_and_posts_are_refused() {
     let _turn = SERIAL.lock().await;
     let st = state();
-    let (status, headers, _) = send(&st, Request::get("/runs/r1").body(Body::empty()).unwrap()).await;
+    let (status, headers, _) =
+        send(&st, Request::get("/runs/r1").body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::SEE_OTHER);
     assert_eq!(headers[header::LOCATION], "/login?next=/runs/r1");
 
@@ -85,7 +93,8 @@ async fn without_a_session_pages_redirect_to_sign_in_and_posts_are_refused() {
     .await;
     assert_eq!(status, StatusCode::SEE_OTHER);
 
-    let (status, headers, body) = send(&st, Request::get("/login").body(Body::empty()).unwrap()).await;
+    let (status, headers, body) =
+        send(&st, Request::get("/login").body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::OK);
     assert_is_a_page_with(&body, "Bearer token");
     assert_eq!(headers["x-frame-options"], "DENY");
@@ -128,8 +137,20 @@ async fn state_changing_requests_need_the_sessions_csrf_token() {
     let (status, headers, _) =
         send(&st, post("/logout", Some(&cookie), &format!("csrf={csrf}"))).await;
     assert_eq!(status, StatusCode::SEE_OTHER);
-    assert!(headers[header::SET_COOKIE].to_str().unwrap().contains("Max-Age=0"));
-    let (status, _, _) = send(&st, Request::get("/").header(header::COOKIE, &cookie).body(Body::empty()).unwrap()).await;
+    assert!(
+        headers[header::SET_COOKIE]
+            .to_str()
+            .unwrap()
+            .contains("Max-Age=0")
+    );
+    let (status, _, _) = send(
+        &st,
+        Request::get("/")
+            .header(header::COOKIE, &cookie)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
     assert_eq!(status, StatusCode::SEE_OTHER);
 }
 
@@ -141,14 +162,25 @@ async fn hub_failures_are_sentences_on_pages_and_actions() {
     // An action with a valid token reaches for the hub, which does not answer.
     let (status, _, body) = send(
         &st,
-        post("/approvals/r1-canary/approve", Some(&cookie), &format!("csrf={csrf}")),
+        post(
+            "/approvals/r1-canary/approve",
+            Some(&cookie),
+            &format!("csrf={csrf}"),
+        ),
     )
     .await;
     assert_eq!(status, StatusCode::BAD_GATEWAY);
-    assert_is_a_page_with(&body, "could not approve r1-canary, because the hub API server did not answer");
+    assert_is_a_page_with(
+        &body,
+        "could not approve r1-canary, because the hub API server did not answer",
+    );
     let (status, _, body) = send(
         &st,
-        post("/runs", Some(&cookie), &format!("csrf={csrf}&placement=web&index=x&strategy=s")),
+        post(
+            "/runs",
+            Some(&cookie),
+            &format!("csrf={csrf}&placement=web&index=x&strategy=s"),
+        ),
     )
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
@@ -157,10 +189,16 @@ async fn hub_failures_are_sentences_on_pages_and_actions() {
     // A Leptos page renders the sentence in place of the data.
     let (status, _, body) = send(
         &st,
-        Request::get("/runs/r1").header(header::COOKIE, &cookie).body(Body::empty()).unwrap(),
+        Request::get("/runs/r1")
+            .header(header::COOKIE, &cookie)
+            .body(Body::empty())
+            .unwrap(),
     )
     .await;
     assert_eq!(status, StatusCode::OK);
-    assert_is_a_page_with(&body, "could not load the run, because the hub API server did not answer");
+    assert_is_a_page_with(
+        &body,
+        "could not load the run, because the hub API server did not answer",
+    );
     assert!(body.contains("role=\"alert\""), "{body}");
 }

@@ -106,7 +106,7 @@ pub fn placements(
                     object_count: s.spec.object_count,
                 })
                 .collect();
-            snaps.sort_by(|a, b| b.index.cmp(&a.index));
+            snaps.sort_by_key(|s| std::cmp::Reverse(s.index));
             let mut by_cluster: BTreeMap<String, PlacementClusterRow> = BTreeMap::new();
             for b in bindings.iter().filter(|b| b.spec.placement_name == name) {
                 let bs = b.status.clone().unwrap_or_default();
@@ -152,13 +152,8 @@ pub fn placements(
             let current: Option<i64> = newest
                 .and_then(|r| r.spec.resource_snapshot_index.parse().ok())
                 .or(status.latest_resource_snapshot_index);
-            let rollback_index = current.and_then(|cur| {
-                snaps
-                    .iter()
-                    .map(|s| s.index)
-                    .filter(|i| *i < cur)
-                    .max()
-            });
+            let rollback_index =
+                current.and_then(|cur| snaps.iter().map(|s| s.index).filter(|i| *i < cur).max());
             PlacementRow {
                 name,
                 strategy_type: p
@@ -184,7 +179,11 @@ pub fn placements(
 /// A run's overall state.
 pub fn run_state(run: &UpdateRun) -> State {
     let Some(status) = run.status.as_ref() else {
-        return State::new("Pending", Tone::Idle, "the hub has not picked this run up yet");
+        return State::new(
+            "Pending",
+            Tone::Idle,
+            "the hub has not picked this run up yet",
+        );
     };
     let c = &status.conditions;
     if let Some(s) = find(c, SUCCEEDED) {
@@ -200,9 +199,13 @@ pub fn run_state(run: &UpdateRun) -> State {
         return State::new("Failed to start", Tone::Bad, i.message.clone());
     }
     match find(c, PROGRESSING) {
-        Some(p) if p.reason == REASON_STOPPED => State::new("Stopped", Tone::Wait, p.message.clone()),
+        Some(p) if p.reason == REASON_STOPPED => {
+            State::new("Stopped", Tone::Wait, p.message.clone())
+        }
         Some(p) if p.status == TRUE => State::new("Running", Tone::Busy, p.message.clone()),
-        Some(p) if p.reason == REASON_WAITING => State::new("Waiting", Tone::Wait, p.message.clone()),
+        Some(p) if p.reason == REASON_WAITING => {
+            State::new("Waiting", Tone::Wait, p.message.clone())
+        }
         Some(p) if p.status == FALSE => State::new("Blocked", Tone::Bad, p.message.clone()),
         _ if run.spec.state == Some(UpdateRunState::Stop) => {
             State::new("Stopped", Tone::Wait, "stopped by a person")
@@ -241,13 +244,18 @@ fn cluster_state(conditions: &[Condition]) -> State {
     }
 }
 
-/// Who approved, from an `Approved` condition's message ("approved by alice: …", as
-/// `approve_patch` writes it; user names contain colons but never ": "), else the whole message.
-fn approver(message: &str) -> String {
-    message
-        .strip_prefix("approved by ")
-        .map(|rest| rest.split(": ").next().unwrap_or(rest).trim().to_string())
-        .unwrap_or_else(|| message.to_string())
+/// Who approved and their note, from an `Approved` condition's message: "approved by alice:
+/// lgtm" (as `approve_patch` writes it; user names contain colons but never ": ") gives alice
+/// and lgtm; a message in another form (a hand-written kubectl patch) is all note.
+fn approver(message: &str) -> (Option<String>, Option<String>) {
+    let note = |s: &str| Some(s.trim().to_string()).filter(|s| !s.is_empty());
+    match message.strip_prefix("approved by ") {
+        Some(rest) => match rest.split_once(": ") {
+            Some((who, why)) => (note(who), note(why)),
+            None => (note(rest), None),
+        },
+        None => (None, note(message)),
+    }
 }
 
 fn stage_view(
@@ -288,10 +296,14 @@ fn stage_view(
                     .filter(|c| c.status == TRUE);
                 let accepted = find(&t.conditions, APPROVAL_REQUEST_APPROVED)
                     .is_some_and(|c| c.status == TRUE);
-                let created = find(&t.conditions, APPROVAL_REQUEST_CREATED)
-                    .is_some_and(|c| c.status == TRUE);
+                let created =
+                    find(&t.conditions, APPROVAL_REQUEST_CREATED).is_some_and(|c| c.status == TRUE);
+                let (approved_by, note) =
+                    approved.map(|c| approver(&c.message)).unwrap_or_default();
                 TaskView::Approval {
-                    approved_by: approved.map(|c| approver(&c.message)),
+                    approved: approved.is_some(),
+                    approved_by,
+                    note,
                     approved_at: approved.map(|c| unix(&c.last_transition_time)),
                     accepted,
                     pending: created && approved.is_none() && !accepted && ar.is_some(),
@@ -299,7 +311,19 @@ fn stage_view(
                 }
             }
         })
-        .collect();
+        .collect::<Vec<_>>();
+    // In the strategy's order (the status may list them otherwise).
+    let order = |t: &TaskView| {
+        let ty = match t {
+            TaskView::TimedWait { .. } => AfterStageTaskType::TimedWait,
+            TaskView::Approval { .. } => AfterStageTaskType::Approval,
+        };
+        config
+            .and_then(|c| c.after_stage_tasks.iter().position(|a| a.type_ == ty))
+            .unwrap_or(usize::MAX)
+    };
+    let mut tasks = tasks;
+    tasks.sort_by_key(order);
     StageView {
         name: if stage.stage_name == DELETION_STAGE {
             "clean-up (clusters no longer selected)".into()
@@ -374,13 +398,7 @@ pub fn run(run: &UpdateRun, approvals: &[ApprovalRequest]) -> RunView {
     let mut stages: Vec<StageView> = status
         .stages_status
         .iter()
-        .map(|s| {
-            stage_view(
-                s,
-                configs.iter().find(|c| c.name == s.stage_name),
-                &by_name,
-            )
-        })
+        .map(|s| stage_view(s, configs.iter().find(|c| c.name == s.stage_name), &by_name))
         .collect();
     if let Some(d) = status.deletion_stage_status.as_ref()
         && !d.clusters.is_empty()
@@ -417,13 +435,18 @@ pub fn run(run: &UpdateRun, approvals: &[ApprovalRequest]) -> RunView {
 
 /// The Approvals page: requests nobody approved yet, oldest first.
 pub fn approvals(mut all: Vec<ApprovalRequest>) -> ApprovalsView {
-    all.sort_by_key(|a| (a.metadata.creation_timestamp.clone().map(|t| t.0), a.name_any()));
+    all.sort_by_key(|a| {
+        (
+            a.metadata.creation_timestamp.clone().map(|t| t.0),
+            a.name_any(),
+        )
+    });
     let pending = all
         .iter()
         .filter(|a| {
-            !a.status
-                .as_ref()
-                .is_some_and(|s| find(&s.conditions, approval::APPROVED).is_some_and(|c| c.status == TRUE))
+            !a.status.as_ref().is_some_and(|s| {
+                find(&s.conditions, approval::APPROVED).is_some_and(|c| c.status == TRUE)
+            })
         })
         .map(|a| ApprovalRow {
             name: a.name_any(),
@@ -525,7 +548,9 @@ mod tests {
             vec!["Cluster member-3 in stage canary failed: not available within 5m"]
         );
         match &view.stages[0].tasks[0] {
-            TaskView::Approval { pending, request, .. } => {
+            TaskView::Approval {
+                pending, request, ..
+            } => {
                 assert!(*pending);
                 assert_eq!(request.as_deref(), Some("r1-canary"));
             }
@@ -536,17 +561,26 @@ mod tests {
         // and the approver is named.
         let mut approved = ar.clone();
         approved.status = Some(fleethub_crds::approval::ApprovalRequestStatus {
-            conditions: vec![cond(approval::APPROVED, TRUE, "Approved", "approved by alice: lgtm")],
+            conditions: vec![cond(
+                approval::APPROVED,
+                TRUE,
+                "Approved",
+                "approved by alice: lgtm",
+            )],
         });
         let view = super::run(&run, &[approved.clone()]);
         match &view.stages[0].tasks[0] {
             TaskView::Approval {
                 pending,
+                approved,
                 approved_by,
+                note,
                 ..
             } => {
                 assert!(!*pending);
+                assert!(*approved);
                 assert_eq!(approved_by.as_deref(), Some("alice"));
+                assert_eq!(note.as_deref(), Some("lgtm"));
             }
             other => panic!("expected an approval task, got {other:?}"),
         }
@@ -557,11 +591,19 @@ mod tests {
     #[test]
     fn run_states_follow_the_conditions() {
         let mut run = waiting_run();
-        run.status.as_mut().unwrap().conditions =
-            vec![cond(PROGRESSING, FALSE, REASON_STOPPED, "stopped by a person")];
+        run.status.as_mut().unwrap().conditions = vec![cond(
+            PROGRESSING,
+            FALSE,
+            REASON_STOPPED,
+            "stopped by a person",
+        )];
         assert_eq!(run_state(&run).label, "Stopped");
-        run.status.as_mut().unwrap().conditions =
-            vec![cond(SUCCEEDED, FALSE, "UpdateRunFailed", "cluster member-3 failed")];
+        run.status.as_mut().unwrap().conditions = vec![cond(
+            SUCCEEDED,
+            FALSE,
+            "UpdateRunFailed",
+            "cluster member-3 failed",
+        )];
         assert_eq!(run_state(&run).label, "Failed");
         assert_eq!(run_state(&run).tone, Tone::Bad);
         run.status = None;
@@ -570,11 +612,19 @@ mod tests {
 
     #[test]
     fn approver_is_read_from_the_condition_message() {
-        assert_eq!(approver("approved by alice: lgtm"), "alice");
+        let some = |s: &str| Some(s.to_string());
+        assert_eq!(
+            approver("approved by alice: lgtm: ship it"),
+            (some("alice"), some("lgtm: ship it"))
+        );
         assert_eq!(
             approver("approved by system:serviceaccount:fleethub-system:admin"),
-            "system:serviceaccount:fleethub-system:admin"
+            (some("system:serviceaccount:fleethub-system:admin"), None)
         );
-        assert_eq!(approver("looks good"), "looks good");
+        assert_eq!(
+            approver("canary looks good"),
+            (None, some("canary looks good"))
+        );
+        assert_eq!(approver(""), (None, None));
     }
 }
