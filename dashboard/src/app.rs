@@ -430,7 +430,11 @@ fn placement_section(
         .clone()
         .or_else(|| strategies.first().cloned())
         .unwrap_or_default();
-    let start_form = me.filter(|m| m.can_create_runs && !strategies.is_empty()).map(|me| {
+    // Runs drive External placements only (the hub refuses others).
+    let external = p.strategy_type == "External";
+    let start_form = me
+        .filter(|m| m.can_create_runs && external && !strategies.is_empty())
+        .map(|me| {
         let options = |selected: &str| {
             strategies
                 .iter()

@@ -10,6 +10,7 @@ import {
   csrfOf,
   deleteScenario,
   getJson,
+  kubectl,
   launchBrowser,
   screenshot,
   signIn,
@@ -140,5 +141,70 @@ test('no session goes to sign-in, a bad token is explained, a POST without CSRF 
   assert.match(await res.text(), /security token is missing or wrong/);
   assert.equal(approvalCondition(s.gates.first), undefined, 'the ApprovalRequest changed');
   assert.ok(getJson('updaterun', s.run));
+  await page.close();
+});
+
+test('admin stops, resumes, starts and rolls back runs in the browser; pages carry their content without JavaScript', async () => {
+  const s = await scenario('e2e-actions');
+  const page = await browser.context.newPage();
+  await signIn(page, 'admin', `/runs/${s.run}`);
+  const click = (selector, path) =>
+    Promise.all([page.waitForURL((u) => u.pathname === path), page.click(selector)]);
+
+  // Stop: the run's spec says so, the hub stops it, the page offers Resume.
+  await click(`form[action="/runs/${s.run}/stop"] button`, `/runs/${s.run}`);
+  assert.equal(getJson('updaterun', s.run).spec.state, 'Stop');
+  await waitFor('the hub to stop the run', () =>
+    getJson('updaterun', s.run).status?.conditions?.find((c) => c.type === 'Progressing')?.reason === 'UpdateRunStopped');
+  await page.waitForSelector(`form[action="/runs/${s.run}/resume"] button`);
+  assert.match(await page.textContent('h1 .badge'), /Stopped/);
+  await click(`form[action="/runs/${s.run}/resume"] button`, `/runs/${s.run}`);
+  assert.notEqual(getJson('updaterun', s.run).spec.state, 'Stop');
+  await page.waitForSelector(`form[action="/runs/${s.run}/stop"] button`);
+
+  // A change on the hub cuts snapshot 1; start a run of it from the Placements page.
+  kubectl(['-n', s.name, 'patch', 'configmap', 'settings', '--type=merge', '-p', '{"data":{"greeting":"v2"}}']);
+  await waitFor('snapshot 1', () => getJson('resourcesnapshot', `${s.name}-1-snapshot`));
+  await page.goto(`${DASHBOARD_URL}/placements`);
+  const card = `section[data-placement="${s.name}"]`;
+  await page.waitForSelector(`${card} select[name=index] option[value="1"]`, { state: 'attached' });
+  await page.selectOption(`${card} select[name=index]`, '1');
+  await Promise.all([page.waitForURL((u) => u.pathname.startsWith('/runs/')), page.click(`${card} button.primary`)]);
+  const started = new URL(page.url()).pathname.split('/')[2];
+  const startedRun = getJson('updaterun', started);
+  assert.equal(startedRun.spec.placementName, s.name);
+  assert.equal(startedRun.spec.resourceSnapshotIndex, '1');
+  assert.equal(startedRun.spec.stagedRolloutStrategyName, s.name);
+  scenarios.push({ name: started });
+  // It supersedes the stopped-and-resumed run, which waited at its gate.
+  await waitFor('the older run to be superseded', () =>
+    getJson('updaterun', s.run).status?.conditions?.find((c) => c.type === 'Succeeded')?.reason === 'UpdateRunSuperseded');
+
+  // One click rolls the placement back to the snapshot before the newest run's.
+  await page.goto(`${DASHBOARD_URL}/placements`);
+  const rollback = `${card} button.warn`;
+  await page.waitForSelector(rollback);
+  assert.match(await page.textContent(rollback), /Roll back to snapshot 0/);
+  await screenshot(page, 'placements-page.png');
+  await Promise.all([page.waitForURL((u) => u.pathname.startsWith('/runs/') && !u.pathname.endsWith(started)), page.click(rollback)]);
+  const back = getJson('updaterun', new URL(page.url()).pathname.split('/')[2]);
+  scenarios.push({ name: back.metadata.name });
+  assert.equal(back.spec.resourceSnapshotIndex, '0');
+  assert.equal(back.spec.placementName, s.name);
+
+  // Every page is complete HTML from the server: what it shows is there before any script runs.
+  const html = async (path) => {
+    const res = await page.request.get(`${DASHBOARD_URL}${path}`);
+    assert.equal(res.status(), 200, path);
+    return res.text();
+  };
+  assert.match(await html('/'), /member-1[\s\S]*member-2[\s\S]*member-3/);
+  assert.match(await html('/placements'), new RegExp(`data-placement="${s.name}"`));
+  assert.match(await html('/runs'), new RegExp(`data-run="${started}"`));
+  const runPage = await html(`/runs/${back.metadata.name}`);
+  for (const stage of ['first', 'second', 'rest']) assert.match(runPage, new RegExp(`data-stage="${stage}"`));
+  await page.goto(`${DASHBOARD_URL}/approvals`);
+  await page.waitForSelector('h1');
+  await screenshot(page, 'approvals-page.png');
   await page.close();
 });

@@ -110,24 +110,43 @@ pub fn placements(
             let mut by_cluster: BTreeMap<String, PlacementClusterRow> = BTreeMap::new();
             for b in bindings.iter().filter(|b| b.spec.placement_name == name) {
                 let bs = b.status.clone().unwrap_or_default();
+                // Selected but not rolled out yet (an External placement waits for a run):
+                // nothing is wrong with it.
+                let waiting = b.spec.state == fleethub_crds::binding::BindingState::Scheduled
+                    && !find(&bs.conditions, APPLIED).is_some_and(|c| c.status == TRUE);
+                let not_yet = || {
+                    State::new(
+                        "Not rolled out",
+                        Tone::Idle,
+                        "selected; an UpdateRun has not reached this cluster yet",
+                    )
+                };
                 by_cluster.insert(
                     b.spec.target_cluster.clone(),
                     PlacementClusterRow {
                         cluster: b.spec.target_cluster.clone(),
                         target_index: b.spec.resource_snapshot_index,
                         applied_index: bs.applied_resource_snapshot_index,
-                        applied: condition_state(
-                            &bs.conditions,
-                            APPLIED,
-                            ("Applied", Tone::Good),
-                            ("Not applied", Tone::Bad),
-                        ),
-                        available: condition_state(
-                            &bs.conditions,
-                            AVAILABLE,
-                            ("Available", Tone::Good),
-                            ("Not available", Tone::Bad),
-                        ),
+                        applied: if waiting {
+                            not_yet()
+                        } else {
+                            condition_state(
+                                &bs.conditions,
+                                APPLIED,
+                                ("Applied", Tone::Good),
+                                ("Not applied", Tone::Bad),
+                            )
+                        },
+                        available: if waiting {
+                            not_yet()
+                        } else {
+                            condition_state(
+                                &bs.conditions,
+                                AVAILABLE,
+                                ("Available", Tone::Good),
+                                ("Not available", Tone::Bad),
+                            )
+                        },
                     },
                 );
             }
