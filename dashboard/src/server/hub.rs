@@ -239,9 +239,11 @@ pub async fn run(client: &Client, name: &str) -> Result<RunView, Error> {
 
 /// The Approvals page.
 pub async fn approvals(client: &Client) -> Result<ApprovalsView, Error> {
-    Ok(views::approvals(
-        list::<ApprovalRequest>(client, "approval requests").await?,
-    ))
+    let (requests, runs) = futures::try_join!(
+        list::<ApprovalRequest>(client, "approval requests"),
+        list::<UpdateRun>(client, "update runs"),
+    )?;
+    Ok(views::approvals(requests, &runs))
 }
 
 /// One ApprovalRequest, for the confirmation page.

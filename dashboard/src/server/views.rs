@@ -452,8 +452,18 @@ pub fn run(run: &UpdateRun, approvals: &[ApprovalRequest]) -> RunView {
     }
 }
 
-/// The Approvals page: requests nobody approved yet, oldest first.
-pub fn approvals(mut all: Vec<ApprovalRequest>) -> ApprovalsView {
+/// The Approvals page: requests nobody approved yet whose run still waits (exists and has
+/// not ended: a gate of a superseded, failed or deleted run opens nothing), oldest first.
+pub fn approvals(mut all: Vec<ApprovalRequest>, runs: &[UpdateRun]) -> ApprovalsView {
+    let open_runs: std::collections::BTreeSet<String> = runs
+        .iter()
+        .filter(|r| {
+            !r.status
+                .as_ref()
+                .is_some_and(|s| find(&s.conditions, SUCCEEDED).is_some())
+        })
+        .map(|r| r.name_any())
+        .collect();
     all.sort_by_key(|a| {
         (
             a.metadata.creation_timestamp.clone().map(|t| t.0),
@@ -467,6 +477,7 @@ pub fn approvals(mut all: Vec<ApprovalRequest>) -> ApprovalsView {
                 find(&s.conditions, approval::APPROVED).is_some_and(|c| c.status == TRUE)
             })
         })
+        .filter(|a| open_runs.contains(&a.spec.parent_stage_rollout))
         .map(|a| ApprovalRow {
             name: a.name_any(),
             run: a.spec.parent_stage_rollout.clone(),
@@ -603,8 +614,15 @@ mod tests {
             }
             other => panic!("expected an approval task, got {other:?}"),
         }
-        assert!(super::approvals(vec![approved]).pending.is_empty());
-        assert_eq!(super::approvals(vec![ar]).pending.len(), 1);
+        let runs = std::slice::from_ref(&run);
+        assert!(super::approvals(vec![approved], runs).pending.is_empty());
+        assert_eq!(super::approvals(vec![ar.clone()], runs).pending.len(), 1);
+        // The gate of a run that is gone or has ended waits for no one.
+        assert!(super::approvals(vec![ar.clone()], &[]).pending.is_empty());
+        let mut ended = run.clone();
+        ended.status.as_mut().unwrap().conditions =
+            vec![cond(SUCCEEDED, FALSE, "UpdateRunSuperseded", "superseded by r2")];
+        assert!(super::approvals(vec![ar], &[ended]).pending.is_empty());
     }
 
     #[test]
