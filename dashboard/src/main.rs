@@ -20,9 +20,10 @@ struct Args {
     )]
     listen: SocketAddr,
     /// Kubeconfig of the hub: only its server address and CA are used; users sign in with
-    /// their own tokens.
+    /// their own tokens. Without it, the dashboard runs in the hub cluster and uses the pod's
+    /// in-cluster configuration (and its ServiceAccount for TokenReviews).
     #[arg(long, env = "FLEETHUB_HUB_KUBECONFIG")]
-    hub_kubeconfig: PathBuf,
+    hub_kubeconfig: Option<PathBuf>,
     /// File with the token of the dashboard's own identity, used only to create TokenReviews
     /// (e.g. a ServiceAccount bound to `system:auth-delegator`). Without it, the kubeconfig's
     /// credentials are used for TokenReviews.
@@ -57,9 +58,17 @@ async fn main() -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let hub = Hub::from_kubeconfig(&args.hub_kubeconfig, reviewer_token)
-        .await
-        .with_context(|| format!("loading hub kubeconfig {}", args.hub_kubeconfig.display()))?;
+    let hub = match &args.hub_kubeconfig {
+        Some(path) => Hub::from_kubeconfig(path, reviewer_token)
+            .await
+            .with_context(|| format!("loading hub kubeconfig {}", path.display()))?,
+        None if reviewer_token.is_some() => anyhow::bail!(
+            "--reviewer-token-file needs --hub-kubeconfig (in-cluster, the pod's ServiceAccount reviews tokens)"
+        ),
+        None => Hub::in_cluster().context(
+            "no --hub-kubeconfig and no in-cluster configuration (KUBERNETES_SERVICE_HOST is not set)",
+        )?,
+    };
     let wasm = PathBuf::from(&args.site_root).join("pkg/fleethub-dashboard_bg.wasm");
     if !wasm.exists() {
         tracing::warn!(

@@ -52,6 +52,17 @@ impl Hub {
         })
     }
 
+    /// The hub the dashboard runs in (in-cluster configuration: the API server's address and
+    /// CA from the pod), reviewing tokens with the pod's ServiceAccount.
+    pub fn in_cluster() -> anyhow::Result<Self> {
+        let config = Config::incluster()?;
+        let reviewer = Some(Client::try_from(config.clone())?);
+        Ok(Self {
+            base: config,
+            reviewer,
+        })
+    }
+
     /// A hub at `url` with no reviewer: every sign-in fails. For router tests.
     pub fn unreachable_for_tests(url: &str) -> anyhow::Result<Self> {
         Ok(Self {

@@ -61,6 +61,7 @@ pub fn router(state: AppState) -> Router {
         .route("/approvals/{name}/approve", post(approve))
         .route("/style.css", get(style))
         .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(|| async { "ok" }))
         .nest_service("/pkg", pkg)
         .leptos_routes_with_context(&state, routes, move || provide_context(ctx.clone()), {
             let options = state.leptos.clone();
@@ -78,8 +79,10 @@ pub fn router(state: AppState) -> Router {
 /// Paths anyone may fetch; server functions (`/api/…`) check the session themselves and
 /// answer with a sentence, so a page open when a session ends explains itself.
 fn is_public(path: &str) -> bool {
-    matches!(path, "/login" | "/style.css" | "/healthz" | "/favicon.ico")
-        || path.starts_with("/pkg/")
+    matches!(
+        path,
+        "/login" | "/style.css" | "/healthz" | "/readyz" | "/favicon.ico"
+    ) || path.starts_with("/pkg/")
         || path.starts_with("/api/")
 }
 

@@ -620,8 +620,12 @@ mod tests {
         // The gate of a run that is gone or has ended waits for no one.
         assert!(super::approvals(vec![ar.clone()], &[]).pending.is_empty());
         let mut ended = run.clone();
-        ended.status.as_mut().unwrap().conditions =
-            vec![cond(SUCCEEDED, FALSE, "UpdateRunSuperseded", "superseded by r2")];
+        ended.status.as_mut().unwrap().conditions = vec![cond(
+            SUCCEEDED,
+            FALSE,
+            "UpdateRunSuperseded",
+            "superseded by r2",
+        )];
         assert!(super::approvals(vec![ar], &[ended]).pending.is_empty());
     }
 
