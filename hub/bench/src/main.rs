@@ -7,6 +7,7 @@
 //! not complete; it never judges speed. See BENCHMARKS.md.
 #![forbid(unsafe_code)]
 
+mod dashboard;
 mod fleet_objects;
 mod process;
 mod sim;
@@ -151,9 +152,13 @@ struct Bench {
     samplers: Samplers,
     timeout: Duration,
     results: Vec<Scenario>,
+    /// The fleet's dashboard, signed in as its admin (when it runs one).
+    dashboard: Option<dashboard::Dashboard>,
 }
 
 const STRATEGY: &str = "bench-3stages";
+/// Run-page loads per fleet size.
+const PAGE_LOADS: usize = 20;
 const GATED_STRATEGY: &str = "bench-gated";
 
 impl Bench {
@@ -276,6 +281,29 @@ impl Bench {
             self.timeline.run_figures(&run, &placement, 0, &clusters),
         );
         self.samplers.record(&mut s);
+        if let Some(d) = &self.dashboard {
+            let mut first_bytes = Vec::new();
+            let mut completes = Vec::new();
+            let mut bytes = 0;
+            for _ in 0..PAGE_LOADS {
+                let load = d.load(&format!("/runs/{run}")).await?;
+                first_bytes.push(load.first_byte);
+                completes.push(load.complete);
+                bytes = load.bytes;
+            }
+            let whole = summarize(&completes);
+            s.notes.push(format!(
+                "dashboard run page complete in {:.0} ms p50 / {:.0} ms p99",
+                whole.p50_ms, whole.p99_ms
+            ));
+            s.special = Some((
+                format!(
+                    "dashboard: run page with {size} clusters ({} KiB), signed in: time to first byte",
+                    bytes / 1024
+                ),
+                summarize(&first_bytes),
+            ));
+        }
         self.report(s);
         Ok(())
     }
@@ -647,7 +675,21 @@ async fn bench(args: Args) -> anyhow::Result<bool> {
         args.watch,
         Duration::from_secs(args.heartbeat_seconds),
     );
+    let dashboard = match dashboard::Dashboard::sign_in(fleet.dir()).await {
+        Ok(Some(d)) => Some(d),
+        Ok(None) => {
+            eprintln!("[bench] no dashboard runs in this fleet: its page loads are not measured");
+            None
+        }
+        Err(e) => {
+            eprintln!(
+                "[bench] cannot sign in to the dashboard ({e:#}): its page loads are not measured"
+            );
+            None
+        }
+    };
     let mut bench = Bench {
+        dashboard,
         timeout: Duration::from_secs(args.timeout_seconds),
         samplers: Samplers::start(fleet),
         args: args.clone(),

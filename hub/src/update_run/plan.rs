@@ -650,7 +650,7 @@ impl Planner<'_, '_> {
                 .count();
             if waiting_to_start || in_progress > 0 {
                 if waiting_to_start && stopped {
-                    self.stopped();
+                    self.stopped(None);
                     return;
                 }
                 let limit = MaxConcurrency::parse(cfg.max_concurrency.as_ref())
@@ -671,6 +671,13 @@ impl Planner<'_, '_> {
                 return;
             }
             if !self.gate_stage(i) {
+                if stopped {
+                    // A person who stopped the run sees it stopped, with what the gate waits
+                    // for; an approval given meanwhile counts, but starts nothing until Run.
+                    let waiting =
+                        find(&self.status.conditions, PROGRESSING).map(|c| c.message.clone());
+                    self.stopped(waiting);
+                }
                 return;
             }
         }
@@ -977,10 +984,14 @@ impl Planner<'_, '_> {
         true
     }
 
-    fn stopped(&mut self) {
-        let message =
+    /// The run is stopped; `meanwhile`: what its current stage still waits for.
+    fn stopped(&mut self, meanwhile: Option<String>) {
+        let mut message =
             "stopped by spec.state=Stop: no new cluster starts; set spec.state to Run to resume"
                 .to_string();
+        if let Some(m) = meanwhile {
+            message = format!("{message} (meanwhile {m})");
+        }
         self.set_run(PROGRESSING, FALSE, reason::STOPPED, message);
     }
 
@@ -998,7 +1009,7 @@ impl Planner<'_, '_> {
         let mut remaining = Vec::new();
         if !del.clusters.is_empty() && stopped && del.start_time.is_none() {
             self.status.deletion_stage_status = Some(del);
-            self.stopped();
+            self.stopped(None);
             return;
         }
         del.start_time.get_or_insert(Time(now));

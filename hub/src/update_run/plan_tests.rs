@@ -688,6 +688,48 @@ fn a_stopped_run_starts_nothing_new_and_resumes() {
 }
 
 #[test]
+fn a_run_stopped_at_a_gate_says_so_and_an_approval_meanwhile_starts_nothing_until_resumed() {
+    let mut w = World::new();
+    // staging, its soak, canary: the run waits for the canary approval.
+    w.step();
+    w.member_ready("stage-a");
+    w.step();
+    w.now = t(60);
+    assert_eq!(binds(&w.step()), ["canary-a"]);
+    w.member_ready("canary-a");
+    let p = w.step();
+    assert_eq!(run_condition(&p, PROGRESSING).1, "UpdateRunWaiting");
+
+    w.run.spec.state = Some(UpdateRunState::Stop);
+    w.run.metadata.generation = Some(2);
+    let p = w.step();
+    let (status, reason, message) = run_condition(&p, PROGRESSING);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "UpdateRunStopped")
+    );
+    assert!(
+        message.contains("waits for approval of ApprovalRequest rollout-canary"),
+        "{message}"
+    );
+
+    // Approved while stopped: the approval is taken, the canary stage ends, production waits.
+    w.approve("rollout-canary");
+    let p = w.step();
+    assert!(p.actions.contains(&Action::AcceptApproval {
+        name: "rollout-canary".into()
+    }));
+    assert!(binds(&p).is_empty());
+    assert_eq!(run_condition(&p, PROGRESSING).1, "UpdateRunStopped");
+    assert!(is_true(&p.status.stages_status[1].conditions, SUCCEEDED));
+
+    w.run.spec.state = Some(UpdateRunState::Run);
+    w.run.metadata.generation = Some(3);
+    let p = w.step();
+    assert_eq!(binds(&p), ["prod-c", "prod-a"]);
+}
+
+#[test]
 fn empty_stages_still_honour_their_gates_and_the_deletion_stage_removes_unselected_clusters() {
     let mut w = World::new();
     w.strategy = strategy(json!({"stages": [

@@ -1,0 +1,366 @@
+//! What the pages show: plain data, built from hub objects on the server and sent to the
+//! browser for hydration. Nothing here depends on kube (the wasm client cannot).
+
+use serde::{Deserialize, Serialize};
+
+/// Who is signed in, and what the hub's RBAC lets them do (from SelfSubjectAccessReviews made
+/// with their own token).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct Me {
+    /// The user name the hub's TokenReview returned.
+    pub user: String,
+    /// The session's CSRF token, to put into every form that changes something.
+    pub csrf: String,
+    /// May patch `approvalrequests/status`.
+    pub can_approve: bool,
+    /// May patch `updateruns` (stop / resume).
+    pub can_update_runs: bool,
+    /// May create `updateruns`.
+    pub can_create_runs: bool,
+}
+
+/// A status shown as a coloured badge that always carries a text label.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tone {
+    /// Done, healthy.
+    Good,
+    /// In progress.
+    Busy,
+    /// Waiting for time or a person.
+    Wait,
+    /// Failed, unhealthy.
+    Bad,
+    /// Not started, unknown.
+    Idle,
+}
+
+impl Tone {
+    /// The CSS class of a badge in this tone.
+    pub fn class(self) -> &'static str {
+        match self {
+            Tone::Good => "badge good",
+            Tone::Busy => "badge busy",
+            Tone::Wait => "badge wait",
+            Tone::Bad => "badge bad",
+            Tone::Idle => "badge idle",
+        }
+    }
+}
+
+/// A labelled state, e.g. ("Healthy", Good) or ("Failed", Bad), with the hub's explanation.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct State {
+    /// Short label shown in the badge.
+    pub label: String,
+    /// Colour.
+    pub tone: Tone,
+    /// The hub's message, a sentence (may be empty).
+    pub message: String,
+}
+
+impl State {
+    /// A state with a label, tone and message.
+    pub fn new(label: impl Into<String>, tone: Tone, message: impl Into<String>) -> Self {
+        Self {
+            label: label.into(),
+            tone,
+            message: message.into(),
+        }
+    }
+}
+
+/// The Fleet page.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct FleetView {
+    /// Every MemberCluster, by name.
+    pub members: Vec<MemberRow>,
+}
+
+/// One member cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct MemberRow {
+    /// MemberCluster name.
+    pub name: String,
+    /// Its labels, `key=value`.
+    pub labels: Vec<String>,
+    /// `Joined` condition.
+    pub joined: State,
+    /// `Healthy` condition.
+    pub healthy: State,
+    /// Last heartbeat, unix seconds.
+    pub last_heartbeat: Option<i64>,
+    /// Kubernetes version the agent reported.
+    pub kubernetes_version: String,
+    /// Agent version.
+    pub agent_version: String,
+    /// Node count.
+    pub node_count: Option<i32>,
+}
+
+/// The Placements page.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct PlacementsView {
+    /// Every placement, by name.
+    pub placements: Vec<PlacementRow>,
+    /// Names of the StagedUpdateStrategies a run can use.
+    pub strategies: Vec<String>,
+}
+
+/// One placement.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct PlacementRow {
+    /// Placement name.
+    pub name: String,
+    /// `RollingUpdate` or `External`.
+    pub strategy_type: String,
+    /// Latest snapshot index.
+    pub latest_index: Option<i64>,
+    /// Snapshot history, newest first.
+    pub snapshots: Vec<SnapshotRow>,
+    /// One row per selected cluster.
+    pub clusters: Vec<PlacementClusterRow>,
+    /// The strategy the newest run of this placement used, the default for a new run.
+    pub last_strategy: Option<String>,
+    /// The index a rollback goes to: the newest snapshot older than the one the newest run
+    /// rolled out (or than the latest).
+    pub rollback_index: Option<i64>,
+}
+
+/// One snapshot of a placement.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct SnapshotRow {
+    /// Index.
+    pub index: i64,
+    /// Creation time, unix seconds.
+    pub created: Option<i64>,
+    /// Number of objects in it.
+    pub object_count: i64,
+}
+
+/// Where one selected cluster stands for a placement.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct PlacementClusterRow {
+    /// MemberCluster name.
+    pub cluster: String,
+    /// The snapshot index the cluster should run (its Binding).
+    pub target_index: Option<i64>,
+    /// The index the member last applied.
+    pub applied_index: Option<i64>,
+    /// `Applied` as the member reported it.
+    pub applied: State,
+    /// `Available` as the member reported it.
+    pub available: State,
+}
+
+/// The Runs page.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct RunsView {
+    /// Every run, newest first.
+    pub runs: Vec<RunRow>,
+}
+
+/// One run in the list.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RunRow {
+    /// UpdateRun name.
+    pub name: String,
+    /// Placement.
+    pub placement: String,
+    /// Snapshot index it rolls out.
+    pub index: String,
+    /// Strategy name.
+    pub strategy: String,
+    /// Overall state.
+    pub state: State,
+    /// Current stage.
+    pub current_stage: String,
+    /// Clusters done / total.
+    pub done: usize,
+    /// Clusters in the plan.
+    pub total: usize,
+    /// Creation time, unix seconds.
+    pub created: Option<i64>,
+}
+
+/// The page of one run.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RunView {
+    /// The run's summary.
+    pub row: RunRow,
+    /// Whether the run is stopped by a person (`spec.state: Stop`).
+    pub stopped: bool,
+    /// Whether the run is over (succeeded or failed).
+    pub finished: bool,
+    /// Start time, unix seconds.
+    pub started: Option<i64>,
+    /// End time, unix seconds.
+    pub ended: Option<i64>,
+    /// Why the run is not moving, in plain words (failures, stops), if it is not.
+    pub problems: Vec<String>,
+    /// Stages in order, then the deletion stage if any.
+    pub stages: Vec<StageView>,
+}
+
+/// One stage of a run.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct StageView {
+    /// Stage name.
+    pub name: String,
+    /// Its state.
+    pub state: State,
+    /// Start, clusters-completed and end times, unix seconds.
+    pub started: Option<i64>,
+    /// When its clusters were all done.
+    pub clusters_completed: Option<i64>,
+    /// End time.
+    pub ended: Option<i64>,
+    /// Clusters in their update order.
+    pub clusters: Vec<ClusterView>,
+    /// After-stage tasks.
+    pub tasks: Vec<TaskView>,
+}
+
+/// One cluster of a stage.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ClusterView {
+    /// MemberCluster name.
+    pub name: String,
+    /// Its state in this run.
+    pub state: State,
+    /// Start time, unix seconds.
+    pub started: Option<i64>,
+    /// End time, unix seconds.
+    pub ended: Option<i64>,
+}
+
+/// An after-stage task.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum TaskView {
+    /// A soak timer.
+    TimedWait {
+        /// The configured wait, e.g. `15s`.
+        wait: String,
+        /// When it ends, unix seconds (known once the stage's clusters are done).
+        until: Option<i64>,
+        /// Whether the time has elapsed.
+        elapsed: bool,
+    },
+    /// A human approval.
+    Approval {
+        /// The ApprovalRequest's name, once created.
+        request: Option<String>,
+        /// Whether a person approved it (`Approved=True` on the ApprovalRequest).
+        approved: bool,
+        /// Who approved, when the condition's message says so ("approved by alice: …", as
+        /// the dashboard and `kubectl fleet approve` write it; a hand-written kubectl patch
+        /// may not).
+        approved_by: Option<String>,
+        /// The approver's note: the rest of the message, or all of it when it names no one.
+        note: Option<String>,
+        /// When it was approved, unix seconds.
+        approved_at: Option<i64>,
+        /// Whether the run has seen the approval.
+        accepted: bool,
+        /// Whether the request exists and waits for a person.
+        pending: bool,
+    },
+}
+
+/// The Approvals page: pending requests across all runs.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct ApprovalsView {
+    /// Requests without `Approved=True`, oldest first.
+    pub pending: Vec<ApprovalRow>,
+}
+
+/// One ApprovalRequest.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ApprovalRow {
+    /// ApprovalRequest name.
+    pub name: String,
+    /// The run it gates.
+    pub run: String,
+    /// The stage whose completion it gates.
+    pub stage: String,
+    /// Creation time, unix seconds.
+    pub created: Option<i64>,
+    /// Who approved, if someone did.
+    pub approved_by: Option<String>,
+}
+
+/// "12s ago", "3m ago", "2h ago": the age of `then` at `now` (unix seconds).
+pub fn age(then: Option<i64>, now: i64) -> String {
+    match then {
+        None => "never".into(),
+        Some(t) => {
+            let s = (now - t).max(0);
+            if s < 60 {
+                format!("{s}s ago")
+            } else if s < 3600 {
+                format!("{}m {}s ago", s / 60, s % 60)
+            } else if s < 86400 {
+                format!("{}h {}m ago", s / 3600, (s % 3600) / 60)
+            } else {
+                format!("{}d ago", s / 86400)
+            }
+        }
+    }
+}
+
+/// A countdown: "1m 05s left", or "due" when it has passed.
+pub fn countdown(until: i64, now: i64) -> String {
+    let s = until - now;
+    if s <= 0 {
+        "due now".into()
+    } else if s < 60 {
+        format!("{s}s left")
+    } else {
+        format!("{}m {:02}s left", s / 60, s % 60)
+    }
+}
+
+/// A UTC wall-clock time `HH:MM:SS` for unix seconds (dates are not needed during a rollout;
+/// the full timestamp is in the element's title).
+pub fn clock(t: Option<i64>) -> String {
+    match t {
+        None => "—".into(),
+        Some(t) => {
+            let d = t.rem_euclid(86400);
+            format!("{:02}:{:02}:{:02}", d / 3600, (d % 3600) / 60, d % 60)
+        }
+    }
+}
+
+/// Now, unix seconds: the server's clock when rendering, the browser's when hydrated.
+pub fn now_unix() -> i64 {
+    #[cfg(feature = "hydrate")]
+    {
+        (js_sys::Date::now() / 1000.0) as i64
+    }
+    #[cfg(not(feature = "hydrate"))]
+    {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_and_countdowns_read_naturally() {
+        assert_eq!(age(None, 100), "never");
+        assert_eq!(age(Some(95), 100), "5s ago");
+        assert_eq!(age(Some(0), 125), "2m 5s ago");
+        assert_eq!(age(Some(0), 7300), "2h 1m ago");
+        assert_eq!(age(Some(200), 100), "0s ago");
+        assert_eq!(countdown(100, 100), "due now");
+        assert_eq!(countdown(130, 100), "30s left");
+        assert_eq!(countdown(165, 100), "1m 05s left");
+        assert_eq!(clock(Some(3600 + 61)), "01:01:01");
+        assert_eq!(clock(None), "—");
+    }
+}

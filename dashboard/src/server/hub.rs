@@ -1,0 +1,371 @@
+//! The hub, as the dashboard talks to it: every read and write with the signed-in user's own
+//! token (so the hub's RBAC decides), plus the one call made with the dashboard's own identity:
+//! the TokenReview that checks a token at sign-in.
+
+use std::path::Path;
+
+use fleethub_crds::update_run::{UpdateRunSpec, UpdateRunState};
+use fleethub_crds::{
+    ApprovalRequest, Binding, MemberCluster, Placement, ResourceSnapshot, StagedUpdateStrategy,
+    UpdateRun, approval,
+};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config, ResourceExt};
+
+use super::error::Error;
+use super::views;
+use crate::model::*;
+
+/// Field manager of the dashboard's writes (the user is the one the hub records as author).
+pub const FIELD_MANAGER: &str = "fleethub/dashboard";
+
+/// Where the hub is, and how the dashboard reviews tokens.
+#[derive(Clone)]
+pub struct Hub {
+    /// Cluster URL, CA and timeouts; credentials are replaced per user.
+    base: Config,
+    /// Client with the dashboard's own identity, allowed only to create TokenReviews.
+    reviewer: Option<Client>,
+}
+
+impl Hub {
+    /// The hub of `kubeconfig` (only its server and CA are used), reviewing tokens with
+    /// `reviewer_token` (or with the kubeconfig's own credentials when `None`).
+    pub async fn from_kubeconfig(
+        kubeconfig: &Path,
+        reviewer_token: Option<String>,
+    ) -> anyhow::Result<Self> {
+        let kc = Kubeconfig::read_from(kubeconfig)?;
+        let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+        let reviewer = Some(match reviewer_token {
+            Some(t) => client_with_token(&config, &t)?,
+            None => Client::try_from(config.clone())?,
+        });
+        Ok(Self {
+            base: config,
+            reviewer,
+        })
+    }
+
+    /// The hub the dashboard runs in (in-cluster configuration: the API server's address and
+    /// CA from the pod), reviewing tokens with the pod's ServiceAccount.
+    pub fn in_cluster() -> anyhow::Result<Self> {
+        let config = Config::incluster()?;
+        let reviewer = Some(Client::try_from(config.clone())?);
+        Ok(Self {
+            base: config,
+            reviewer,
+        })
+    }
+
+    /// A hub at `url` with no reviewer: every sign-in fails. For router tests.
+    pub fn unreachable_for_tests(url: &str) -> anyhow::Result<Self> {
+        Ok(Self {
+            base: Config::new(url.parse()?),
+            reviewer: None,
+        })
+    }
+
+    /// The hub's address, for messages.
+    pub fn url(&self) -> String {
+        self.base.cluster_url.to_string()
+    }
+
+    /// A client that acts as the owner of `token`.
+    pub fn user_client(&self, token: &str) -> Result<Client, Error> {
+        client_with_token(&self.base, token).map_err(|e| Error::Unavailable {
+            action: "connect to the hub".into(),
+            detail: e.to_string(),
+        })
+    }
+
+    /// Checks `token` with a TokenReview; returns the user name.
+    pub async fn review(&self, token: &str) -> Result<String, Error> {
+        let Some(reviewer) = &self.reviewer else {
+            return Err(Error::Unavailable {
+                action: "check your token".into(),
+                detail: "no reviewer identity is configured".into(),
+            });
+        };
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: Some(token.to_string()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let out = Api::<TokenReview>::all(reviewer.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(
+                |e| match Error::from_kube(e, "check your token", "TokenReview") {
+                    // The dashboard's own identity was refused: an installation problem.
+                    Error::Forbidden { message, .. } => Error::Unavailable {
+                        action: "check your token".into(),
+                        detail: format!(
+                            "the dashboard's identity may not create TokenReviews: {message}"
+                        ),
+                    },
+                    Error::TokenRejected => Error::Unavailable {
+                        action: "check your token".into(),
+                        detail: "the hub did not accept the dashboard's own identity".into(),
+                    },
+                    other => other,
+                },
+            )?;
+        let status = out.status.unwrap_or_default();
+        if status.authenticated != Some(true) {
+            return Err(Error::BadInput(
+                "The hub did not accept this token: it is invalid or has expired. Paste a current token (see README: $FLEET_DIR/admin.token or viewer.token)."
+                    .into(),
+            ));
+        }
+        status
+            .user
+            .and_then(|u| u.username)
+            .filter(|u| !u.is_empty())
+            .ok_or_else(|| Error::BadInput("The hub accepted the token but named no user.".into()))
+    }
+}
+
+fn client_with_token(base: &Config, token: &str) -> anyhow::Result<Client> {
+    let mut config = base.clone();
+    config.auth_info = AuthInfo {
+        token: Some(token.to_string().into()),
+        ..Default::default()
+    };
+    Ok(Client::try_from(config)?)
+}
+
+async fn list<K>(client: &Client, what: &str) -> Result<Vec<K>, Error>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    Api::<K>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .map_err(|e| Error::from_kube(e, &format!("list {what}"), what))
+}
+
+/// May the client's user do `verb` on `resource` (`subresource`) in group fleethub.dev?
+async fn allowed(client: &Client, verb: &str, resource: &str, subresource: Option<&str>) -> bool {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(fleethub_crds::GROUP.into()),
+                resource: Some(resource.into()),
+                subresource: subresource.map(Into::into),
+                verb: Some(verb.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+    {
+        Ok(r) => r.status.is_some_and(|s| s.allowed),
+        Err(e) => {
+            tracing::warn!(error = %e, verb, resource, "SelfSubjectAccessReview failed; hiding the action");
+            false
+        }
+    }
+}
+
+/// What the session's user may do (buttons are shown only for allowed actions; the hub still
+/// decides every request).
+pub async fn me(client: &Client, user: &str, csrf: &str) -> Me {
+    let (can_approve, can_update_runs, can_create_runs) = futures::join!(
+        allowed(client, "patch", "approvalrequests", Some("status")),
+        allowed(client, "patch", "updateruns", None),
+        allowed(client, "create", "updateruns", None),
+    );
+    Me {
+        user: user.to_string(),
+        csrf: csrf.to_string(),
+        can_approve,
+        can_update_runs,
+        can_create_runs,
+    }
+}
+
+/// The Fleet page.
+pub async fn fleet(client: &Client) -> Result<FleetView, Error> {
+    Ok(views::fleet(
+        list::<MemberCluster>(client, "member clusters").await?,
+    ))
+}
+
+/// The Placements page.
+pub async fn placements(client: &Client) -> Result<PlacementsView, Error> {
+    let (p, s, b, r, st) = futures::join!(
+        list::<Placement>(client, "placements"),
+        list::<ResourceSnapshot>(client, "resource snapshots"),
+        list::<Binding>(client, "bindings"),
+        list::<UpdateRun>(client, "update runs"),
+        list::<StagedUpdateStrategy>(client, "staged update strategies"),
+    );
+    Ok(views::placements(
+        p?,
+        s?,
+        b?,
+        &r?,
+        st?.iter().map(|s| s.name_any()).collect(),
+    ))
+}
+
+/// The Runs page.
+pub async fn runs(client: &Client) -> Result<RunsView, Error> {
+    Ok(views::runs(list::<UpdateRun>(client, "update runs").await?))
+}
+
+/// The page of run `name`.
+pub async fn run(client: &Client, name: &str) -> Result<RunView, Error> {
+    let run = Api::<UpdateRun>::all(client.clone())
+        .get(name)
+        .await
+        .map_err(|e| Error::from_kube(e, "load the run", &format!("UpdateRun {name}")))?;
+    let approvals = Api::<ApprovalRequest>::all(client.clone())
+        .list(&ListParams::default().labels(&format!(
+            "{}={name}",
+            fleethub_crds::names::UPDATE_RUN_LABEL
+        )))
+        .await
+        .map_err(|e| {
+            Error::from_kube(e, "list the run's approval requests", "approval requests")
+        })?;
+    Ok(views::run(&run, &approvals.items))
+}
+
+/// The Approvals page.
+pub async fn approvals(client: &Client) -> Result<ApprovalsView, Error> {
+    let (requests, runs) = futures::try_join!(
+        list::<ApprovalRequest>(client, "approval requests"),
+        list::<UpdateRun>(client, "update runs"),
+    )?;
+    Ok(views::approvals(requests, &runs))
+}
+
+/// One ApprovalRequest, for the confirmation page.
+pub async fn approval(client: &Client, name: &str) -> Result<ApprovalRequest, Error> {
+    Api::<ApprovalRequest>::all(client.clone())
+        .get(name)
+        .await
+        .map_err(|e| {
+            Error::from_kube(
+                e,
+                "load the approval request",
+                &format!("ApprovalRequest {name}"),
+            )
+        })
+}
+
+/// Approves ApprovalRequest `name` as `user`: exactly the status change `kubectl patch
+/// approvalrequest … --subresource=status` with `Approved=True` makes.
+pub async fn approve(
+    client: &Client,
+    user: &str,
+    name: &str,
+    message: &str,
+) -> Result<ApprovalRequest, Error> {
+    let api = Api::<ApprovalRequest>::all(client.clone());
+    let patch = approval::approve_patch(user, message, jiff::Timestamp::now());
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| {
+            Error::from_kube(
+                e,
+                &format!("approve {name}"),
+                &format!("ApprovalRequest {name}"),
+            )
+        })
+}
+
+/// Stops (`Stop`) or resumes (`Run`) run `name`.
+pub async fn set_run_state(
+    client: &Client,
+    name: &str,
+    state: UpdateRunState,
+) -> Result<(), Error> {
+    let verb = match state {
+        UpdateRunState::Stop => "stop",
+        UpdateRunState::Run => "resume",
+    };
+    let patch = serde_json::json!({"spec": {"state": state}});
+    Api::<UpdateRun>::all(client.clone())
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            Error::from_kube(
+                e,
+                &format!("{verb} run {name}"),
+                &format!("UpdateRun {name}"),
+            )
+        })
+}
+
+/// Creates a run of `placement` to snapshot `index` with `strategy`; returns its name.
+pub async fn create_run(
+    client: &Client,
+    placement: &str,
+    index: i64,
+    strategy: &str,
+) -> Result<String, Error> {
+    if !fleethub_crds::names::is_dns_label(placement)
+        || !fleethub_crds::names::is_dns_label(strategy)
+    {
+        return Err(Error::BadInput(format!(
+            "Placement {placement:?} or strategy {strategy:?} is not a valid name."
+        )));
+    }
+    if index < 0 {
+        return Err(Error::BadInput(format!(
+            "Snapshot index {index} is negative."
+        )));
+    }
+    // Names stay DNS labels of at most 63 characters (ApprovalRequests are <run>-<stage>).
+    let prefix: String = format!("{placement}-{index}").chars().take(40).collect();
+    let name = format!(
+        "{}-{}",
+        prefix.trim_end_matches('-'),
+        &super::session::random_hex(3)
+    );
+    let run = UpdateRun::new(
+        &name,
+        UpdateRunSpec {
+            placement_name: placement.to_string(),
+            resource_snapshot_index: index.to_string(),
+            staged_rollout_strategy_name: strategy.to_string(),
+            ..Default::default()
+        },
+    );
+    Api::<UpdateRun>::all(client.clone())
+        .create(
+            &PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            },
+            &run,
+        )
+        .await
+        .map_err(|e| {
+            Error::from_kube(
+                e,
+                &format!("start a run of {placement} to snapshot {index}"),
+                &format!("UpdateRun {name}"),
+            )
+        })?;
+    Ok(name)
+}
