@@ -113,7 +113,7 @@ pub fn placements(
                 // Selected but not rolled out yet (an External placement waits for a run):
                 // nothing is wrong with it.
                 let waiting = b.spec.state == fleethub_crds::binding::BindingState::Scheduled
-                    && !find(&bs.conditions, APPLIED).is_some_and(|c| c.status == TRUE);
+                    && find(&bs.conditions, APPLIED).is_none_or(|c| c.status != TRUE);
                 let not_yet = || {
                     State::new(
                         "Not rolled out",
@@ -458,9 +458,9 @@ pub fn approvals(mut all: Vec<ApprovalRequest>, runs: &[UpdateRun]) -> Approvals
     let open_runs: std::collections::BTreeSet<String> = runs
         .iter()
         .filter(|r| {
-            !r.status
+            r.status
                 .as_ref()
-                .is_some_and(|s| find(&s.conditions, SUCCEEDED).is_some())
+                .is_none_or(|s| find(&s.conditions, SUCCEEDED).is_none())
         })
         .map(|r| r.name_any())
         .collect();
