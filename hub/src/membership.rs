@@ -124,7 +124,15 @@ struct Context {
     client: Client,
     clock: Arc<dyn Clock>,
     stale_multiple: u32,
+    /// When this process last applied each member's provisioned objects, by member UID. They
+    /// depend only on the member's name and UID, so a reconcile for its health alone (a
+    /// heartbeat going stale and coming back) does not re-apply them; they are re-asserted at
+    /// least every `REPROVISION_AFTER` (repairing hand-made damage) and after a restart.
+    provisioned: std::sync::Mutex<std::collections::HashMap<String, jiff::Timestamp>>,
 }
+
+/// How long provisioned objects are trusted without re-applying them.
+const REPROVISION_AFTER: Duration = Duration::from_secs(600);
 
 /// Runs the controller until `shutdown`. A member is unhealthy once its agent missed
 /// `stale_multiple` heartbeat periods.
@@ -158,6 +166,7 @@ pub async fn run(
                 client,
                 clock,
                 stale_multiple,
+                provisioned: Default::default(),
             }),
         )
         .for_each(move |res| {
@@ -202,11 +211,25 @@ fn error_policy(member: Arc<MemberCluster>, error: &Error, _ctx: Arc<Context>) -
 
 #[tracing::instrument(skip_all, fields(member = %member.name_any()))]
 async fn reconcile(member: Arc<MemberCluster>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let uid = member.metadata.uid.clone().unwrap_or_default();
     if member.metadata.deletion_timestamp.is_some() {
+        ctx.provisioned.lock().unwrap().remove(&uid);
         return Ok(Requeue::await_change()); // owner references clean up
     }
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    for obj in provisioned_objects(&member) {
+    let now = ctx.clock.now();
+    let fresh = ctx
+        .provisioned
+        .lock()
+        .unwrap()
+        .get(&uid)
+        .is_some_and(|at| now.duration_since(*at).unsigned_abs() < REPROVISION_AFTER);
+    let to_provision = if fresh {
+        Vec::new()
+    } else {
+        provisioned_objects(&member)
+    };
+    for obj in to_provision.iter() {
         let gvk = GroupVersionKind::try_from(
             &serde_json::from_value::<kube::core::TypeMeta>(obj.clone())
                 .map_err(|e| Error::Invalid(e.to_string()))?,
@@ -221,10 +244,12 @@ async fn reconcile(member: Arc<MemberCluster>, ctx: Arc<Context>) -> Result<Requ
             Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &ar),
             None => Api::all_with(ctx.client.clone(), &ar),
         };
-        api.patch(&name, &params, &Patch::Apply(&obj)).await?;
+        api.patch(&name, &params, &Patch::Apply(obj)).await?;
+    }
+    if !fresh {
+        ctx.provisioned.lock().unwrap().insert(uid, now);
     }
 
-    let now = ctx.clock.now();
     let status = member.status.clone().unwrap_or_default();
     let period = member
         .spec
