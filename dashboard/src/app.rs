@@ -189,21 +189,24 @@ fn sentence(e: crate::server::error::Error) -> ServerFnError {
 }
 
 /// The signed-in user and what they may do.
-#[server]
+// Each server function has a fixed endpoint (`/api/<name>`). Leptos would otherwise suffix a
+// hash of the crate's directory at build time, so a client built in one checkout and a server
+// built in another (or an image built elsewhere) would miss each other with a 404.
+#[server(endpoint = "get_me")]
 pub async fn get_me() -> Result<Me, ServerFnError> {
     let s = session().await?;
     Ok(crate::server::hub::me(&s.client, &s.user, &s.csrf).await)
 }
 
 /// The Fleet page's data.
-#[server]
+#[server(endpoint = "get_fleet")]
 pub async fn get_fleet() -> Result<FleetView, ServerFnError> {
     let s = session().await?;
     crate::server::hub::fleet(&s.client).await.map_err(sentence)
 }
 
 /// The Placements page's data.
-#[server]
+#[server(endpoint = "get_placements")]
 pub async fn get_placements() -> Result<PlacementsView, ServerFnError> {
     let s = session().await?;
     crate::server::hub::placements(&s.client)
@@ -212,14 +215,14 @@ pub async fn get_placements() -> Result<PlacementsView, ServerFnError> {
 }
 
 /// The Runs page's data.
-#[server]
+#[server(endpoint = "get_runs")]
 pub async fn get_runs() -> Result<RunsView, ServerFnError> {
     let s = session().await?;
     crate::server::hub::runs(&s.client).await.map_err(sentence)
 }
 
 /// One run's page data.
-#[server]
+#[server(endpoint = "get_run")]
 pub async fn get_run(name: String) -> Result<RunView, ServerFnError> {
     let s = session().await?;
     crate::server::hub::run(&s.client, &name)
@@ -228,7 +231,7 @@ pub async fn get_run(name: String) -> Result<RunView, ServerFnError> {
 }
 
 /// The Approvals page's data.
-#[server]
+#[server(endpoint = "get_approvals")]
 pub async fn get_approvals() -> Result<ApprovalsView, ServerFnError> {
     let s = session().await?;
     crate::server::hub::approvals(&s.client)
@@ -237,7 +240,7 @@ pub async fn get_approvals() -> Result<ApprovalsView, ServerFnError> {
 }
 
 /// One ApprovalRequest (for the confirmation page).
-#[server]
+#[server(endpoint = "get_approval")]
 pub async fn get_approval(name: String) -> Result<ApprovalRow, ServerFnError> {
     use fleethub_crds::conditions::{TRUE, find};
     let s = session().await?;
@@ -269,6 +272,11 @@ pub async fn get_approval(name: String) -> Result<ApprovalRow, ServerFnError> {
 fn error_text(e: &ServerFnError) -> String {
     match e {
         ServerFnError::ServerError(m) => m.clone(),
+        // The server answered with something that is not this page's data: most likely the
+        // dashboard was upgraded since the page was opened.
+        ServerFnError::Deserialization(_) => {
+            "The dashboard's server has changed since this page was opened (probably an upgrade). Reload the page.".into()
+        }
         other => format!("The dashboard could not load this page: {other}. Reload to try again."),
     }
 }

@@ -88,8 +88,21 @@ test('an approval made with kubectl appears in an open page without reloading', 
   console.log(`live update: kubectl approval visible in the open page ${Date.now() - t0} ms after the patch returned`);
   assert.equal(await page.evaluate(() => window.__notReloaded), true, 'the page was reloaded');
 
+  // The Fleet page follows member changes too (a label set with kubectl).
   await page.goto(`${DASHBOARD_URL}/`);
   await page.waitForSelector('#fleet tbody tr');
+  await waitForLive(page);
+  const label = `e2e.fleethub.dev/seen=${s.name}`;
+  kubectl(['label', 'membercluster', 'member-1', label, '--overwrite']);
+  try {
+    await page.waitForFunction(
+      (text) => document.querySelector('tr[data-cluster="member-1"]')?.textContent.includes(text),
+      label,
+      { timeout: 10_000, polling: 20 },
+    );
+  } finally {
+    kubectl(['label', 'membercluster', 'member-1', 'e2e.fleethub.dev/seen-']);
+  }
   await screenshot(page, 'fleet-page.png');
   await page.close();
 });

@@ -202,3 +202,25 @@ async fn hub_failures_are_sentences_on_pages_and_actions() {
     );
     assert!(body.contains("role=\"alert\""), "{body}");
 }
+
+#[tokio::test]
+async fn server_functions_answer_at_fixed_endpoints() {
+    let _turn = SERIAL.lock().await;
+    let st = state();
+    let (cookie, _) = sign_in(&st);
+    for f in [
+        "get_me",
+        "get_fleet",
+        "get_placements",
+        "get_runs",
+        "get_approvals",
+    ] {
+        let req = Request::post(format!("/api/{f}"))
+            .header(header::COOKIE, &cookie)
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(Body::empty())
+            .unwrap();
+        let (status, _, body) = send(&st, req).await;
+        assert_ne!(status, StatusCode::NOT_FOUND, "/api/{f}: {body}");
+    }
+}
