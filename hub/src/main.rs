@@ -130,18 +130,53 @@ async fn run_controllers(
     metrics: Metrics,
     stop: CancellationToken,
 ) {
-    tokio::join!(
-        membership::run(
+    // Each controller on a task of its own, so they use every core and none of them (nor the
+    // lease renewal, polled beside this future) waits while another works: joined in one task,
+    // a reconcile parsing a large UpdateRun delayed renewals until the lease was lost.
+    let mut tasks = AbortOnDrop(vec![
+        tokio::spawn(membership::run(
             client.clone(),
             clock.clone(),
             heartbeat_stale_multiple,
             metrics.clone(),
-            stop.clone()
-        ),
-        placement::controller::run(client.clone(), clock.clone(), metrics.clone(), stop.clone()),
-        update_run::controller::run(client.clone(), clock.clone(), metrics.clone(), stop.clone()),
-        work_generator::run(client.clone(), clock.clone(), metrics.clone(), stop.clone()),
-    );
+            stop.clone(),
+        )),
+        tokio::spawn(placement::controller::run(
+            client.clone(),
+            clock.clone(),
+            metrics.clone(),
+            stop.clone(),
+        )),
+        tokio::spawn(update_run::controller::run(
+            client.clone(),
+            clock.clone(),
+            metrics.clone(),
+            stop.clone(),
+        )),
+        tokio::spawn(work_generator::run(client, clock, metrics, stop)),
+    ]);
+    while !tasks.0.is_empty() {
+        let (ended, i, _) = futures::future::select_all(tasks.0.iter_mut()).await;
+        tasks.0.swap_remove(i);
+        if let Err(e) = ended {
+            // A panicked controller must not leave the others leading without it: return,
+            // which aborts the rest; the caller gives up the lease.
+            tracing::error!(error = %e, "a controller failed; stopping the others");
+            return;
+        }
+    }
+}
+
+/// Tasks aborted when dropped: dropping the controllers' future (they did not stop in time)
+/// cancels them as dropping a joined future did.
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
 }
 
 /// Runs `controllers` until `cancel` fires, then lets in-flight reconciles finish within `grace`
