@@ -4,7 +4,7 @@
 // kubectl, and the time from kubectl returning to the label showing in the open page (no
 // reload: the server-sent event, the page's refetch, the render) is one sample. Prints
 // p50 / p99 / max. The label is removed afterwards.
-import { DASHBOARD_URL, kubectl, launchBrowser, signIn, waitForLive } from '../lib/fleet.js';
+import { DASHBOARD_URL, kubectl, launchBrowser, signIn, waitForLive, waitForMemberRow } from '../lib/fleet.js';
 
 const samples = Number(process.argv[2] || 20);
 const KEY = 'fleethub.dev/bench-tick';
@@ -22,11 +22,7 @@ try {
     const label = `${KEY}=${Date.now().toString(36)}-${i}`;
     kubectl(['label', 'membercluster', 'member-1', label, '--overwrite']);
     const t0 = performance.now();
-    await page.waitForFunction(
-      (text) => document.querySelector('tr[data-cluster="member-1"]')?.textContent.includes(text),
-      label,
-      { timeout: 30_000, polling: 10 },
-    );
+    await waitForMemberRow(page, 'member-1', label, 30_000);
     times.push(performance.now() - t0);
   }
   if (!(await page.evaluate(() => window.__notReloaded))) throw new Error('the page was reloaded');

@@ -215,6 +215,15 @@ export async function waitForLive(page) {
   await page.waitForSelector('.live[data-live="on"]', { timeout: 30_000 });
 }
 
+/** Waits (polling every 10 ms) until the open Fleet page's row of `cluster` contains `text`. */
+export async function waitForMemberRow(page, cluster, text, timeoutMs = 10_000) {
+  await page.waitForFunction(
+    ([c, t]) => document.querySelector(`tr[data-cluster="${c}"]`)?.textContent.includes(t),
+    [cluster, text],
+    { timeout: timeoutMs, polling: 10 },
+  );
+}
+
 /** The session's CSRF token, read from the page's sign-out form. */
 export async function csrfOf(page) {
   return page.getAttribute('form.user input[name=csrf]', 'value');

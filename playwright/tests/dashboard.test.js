@@ -16,6 +16,7 @@ import {
   signIn,
   waitFor,
   waitForLive,
+  waitForMemberRow,
 } from '../lib/fleet.js';
 
 let browser;
@@ -95,11 +96,7 @@ test('an approval made with kubectl appears in an open page without reloading', 
   const label = `e2e.fleethub.dev/seen=${s.name}`;
   kubectl(['label', 'membercluster', 'member-1', label, '--overwrite']);
   try {
-    await page.waitForFunction(
-      (text) => document.querySelector('tr[data-cluster="member-1"]')?.textContent.includes(text),
-      label,
-      { timeout: 10_000, polling: 20 },
-    );
+    await waitForMemberRow(page, 'member-1', label);
   } finally {
     kubectl(['label', 'membercluster', 'member-1', 'e2e.fleethub.dev/seen-']);
   }

@@ -114,12 +114,16 @@ pub fn placements(
                 // nothing is wrong with it.
                 let waiting = b.spec.state == fleethub_crds::binding::BindingState::Scheduled
                     && find(&bs.conditions, APPLIED).is_none_or(|c| c.status != TRUE);
-                let not_yet = || {
-                    State::new(
-                        "Not rolled out",
-                        Tone::Idle,
-                        "selected; an UpdateRun has not reached this cluster yet",
-                    )
+                let judge = |type_: &str, yes: &str, no: &str| {
+                    if waiting {
+                        State::new(
+                            "Not rolled out",
+                            Tone::Idle,
+                            "selected; an UpdateRun has not reached this cluster yet",
+                        )
+                    } else {
+                        condition_state(&bs.conditions, type_, (yes, Tone::Good), (no, Tone::Bad))
+                    }
                 };
                 by_cluster.insert(
                     b.spec.target_cluster.clone(),
@@ -127,26 +131,8 @@ pub fn placements(
                         cluster: b.spec.target_cluster.clone(),
                         target_index: b.spec.resource_snapshot_index,
                         applied_index: bs.applied_resource_snapshot_index,
-                        applied: if waiting {
-                            not_yet()
-                        } else {
-                            condition_state(
-                                &bs.conditions,
-                                APPLIED,
-                                ("Applied", Tone::Good),
-                                ("Not applied", Tone::Bad),
-                            )
-                        },
-                        available: if waiting {
-                            not_yet()
-                        } else {
-                            condition_state(
-                                &bs.conditions,
-                                AVAILABLE,
-                                ("Available", Tone::Good),
-                                ("Not available", Tone::Bad),
-                            )
-                        },
+                        applied: judge(APPLIED, "Applied", "Not applied"),
+                        available: judge(AVAILABLE, "Available", "Not available"),
                     },
                 );
             }

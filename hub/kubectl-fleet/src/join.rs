@@ -397,6 +397,18 @@ where
     }
 }
 
+/// The names of the Works in namespace `ns`.
+async fn work_names(works: &Api<Work>, ns: &str) -> Result<Vec<String>> {
+    Ok(works
+        .list(&Default::default())
+        .await
+        .map_err(Error::api(format!("listing Works in {ns}")))?
+        .items
+        .iter()
+        .map(|w| w.name_any())
+        .collect())
+}
+
 async fn strip_agent_finalizers(hub: &Client, ns: &str, works: &[String]) -> Result<()> {
     let api: Api<Work> = Api::namespaced(hub.clone(), ns);
     let mut stripped = Vec::new();
@@ -520,14 +532,7 @@ pub async fn unjoin(hub: &Cluster, member: Option<&Cluster>, opts: &UnjoinOption
         let works: Api<Work> = Api::namespaced(hub.client.clone(), &ns);
         if opts.force {
             // --force says the agent is gone: do not wait for it.
-            let all: Vec<String> = works
-                .list(&Default::default())
-                .await
-                .map_err(Error::api(format!("listing Works in {ns}")))?
-                .items
-                .iter()
-                .map(|w| w.name_any())
-                .collect();
+            let all = work_names(&works, &ns).await?;
             strip_agent_finalizers(&hub.client, &ns, &all).await?;
         }
         if let Err(left) = wait_until_none(works.clone(), opts.timeout).await? {
@@ -577,14 +582,7 @@ pub async fn unjoin(hub: &Cluster, member: Option<&Cluster>, opts: &UnjoinOption
             return Err(e);
         }
         let works: Api<Work> = Api::namespaced(hub.client.clone(), &ns);
-        let left: Vec<String> = works
-            .list(&Default::default())
-            .await
-            .map_err(Error::api(format!("listing Works in {ns}")))?
-            .items
-            .iter()
-            .map(|w| w.name_any())
-            .collect();
+        let left = work_names(&works, &ns).await?;
         if left.is_empty() || !opts.force {
             let held = members
                 .get_opt(name)
