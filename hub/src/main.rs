@@ -100,12 +100,13 @@ async fn main() -> anyhow::Result<()> {
             )
         };
         if let Some(config) = lease {
-            let mut elector = LeaderElector::new(
-                client.clone(),
-                config,
-                clock.clone(),
-                metrics.leader.clone(),
-            );
+            // The elector has connections of its own: a renewal must not queue behind the
+            // controllers' requests (a 1,000-cluster run's status is half a megabyte).
+            let lease_client = kubeconfig::client(args.kubeconfig.as_deref())
+                .await
+                .context("connecting to the hub cluster for leader election")?;
+            let mut elector =
+                LeaderElector::new(lease_client, config, clock.clone(), metrics.leader.clone());
             lead_while_elected(&mut elector, &metrics, &shutdown, controllers).await;
         } else {
             tracing::info!("leader election is off: running the controllers");

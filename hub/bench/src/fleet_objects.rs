@@ -253,6 +253,11 @@ where
     Ok(())
 }
 
+/// Deletes every UpdateRun the bench created (its ApprovalRequests go with it).
+pub async fn delete_runs(client: &Client) -> anyhow::Result<()> {
+    delete_labelled::<UpdateRun>(client).await
+}
+
 /// Deletes everything the bench created (runs, placements with their snapshots, bindings and
 /// Works, strategies, members with their namespaces and RBAC, the content namespace) and waits
 /// until the members' and the content's namespaces are gone. Returns how long it took.

@@ -520,21 +520,51 @@ impl Bench {
         Ok(())
     }
 
+    /// Every scenario in turn. One that fails is reported and its runs are deleted, and the
+    /// next one still runs (a 1,000-cluster run that misses its deadline says nothing about
+    /// 100 small runs); the result is an error naming every scenario that failed.
     async fn scenarios(&mut self) -> anyhow::Result<()> {
         objects::set_content(&self.client, objects::APP_NAMESPACE, "1").await?;
         objects::create_strategy(&self.client, STRATEGY, &self.args.concurrency, false).await?;
+        let mut failed = Vec::new();
         for size in self.args.members.clone() {
-            self.fleet_run(size).await?;
+            let outcome = self.fleet_run(size).await;
+            self.settle(&format!("1 run, {size} members"), outcome, &mut failed)
+                .await?;
         }
         if self.args.approvals > 0 {
-            self.approvals(self.args.approvals).await?;
+            let outcome = self.approvals(self.args.approvals).await;
+            self.settle("gated runs", outcome, &mut failed).await?;
         }
         if self.args.restart_members > 0 {
-            self.restart(self.args.restart_members).await?;
+            let outcome = self.restart(self.args.restart_members).await;
+            self.settle("hub restart", outcome, &mut failed).await?;
         }
         if self.args.runs > 0 {
-            self.concurrent_runs(self.args.runs, self.args.clusters_per_run)
-                .await?;
+            let outcome = self
+                .concurrent_runs(self.args.runs, self.args.clusters_per_run)
+                .await;
+            self.settle("concurrent runs", outcome, &mut failed).await?;
+        }
+        match failed.is_empty() {
+            true => Ok(()),
+            false => anyhow::bail!("{}", failed.join("; ")),
+        }
+    }
+
+    /// Records a failed scenario and deletes its runs, so they do not load the next one.
+    async fn settle(
+        &mut self,
+        scenario: &str,
+        outcome: anyhow::Result<()>,
+        failed: &mut Vec<String>,
+    ) -> anyhow::Result<()> {
+        if let Err(e) = outcome {
+            eprintln!("[bench] scenario '{scenario}' FAILED: {e:#}");
+            failed.push(format!("{scenario}: {e:#}"));
+            objects::delete_runs(&self.client)
+                .await
+                .context("deleting the failed scenario's runs")?;
         }
         Ok(())
     }

@@ -29,6 +29,10 @@ use kube::core::{Selector, SelectorExt};
 pub const DELETION_STAGE: &str = "fleethub.dev/delete";
 /// How long a cluster may take to become available when the run does not say.
 pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(300);
+/// The most clusters one run tracks. Each cluster's progress is kept in the run's status (about
+/// 550 bytes with a 50-character name), and etcd stores at most 1.5 MiB per object: past this a
+/// run could not record its progress at all, so it is refused at initialization instead.
+pub const MAX_RUN_CLUSTERS: usize = 2_000;
 
 /// Cluster condition: the run pointed the cluster at the snapshot.
 pub const CLUSTER_STARTED: &str = "Started";
@@ -66,12 +70,16 @@ pub mod reason {
 }
 
 /// A Binding as the planner needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BindingView {
     /// The bound MemberCluster.
     pub cluster: String,
     /// Its state.
     pub state: BindingState,
+    /// The snapshot index it points at.
+    pub resource_snapshot_index: Option<i64>,
+    /// The UpdateRun that last pointed it.
+    pub update_run_name: Option<String>,
 }
 
 /// A condition as the planner needs it.
@@ -264,6 +272,16 @@ enum ClusterProgress {
 impl Planner<'_, '_> {
     fn run_name(&self) -> &str {
         self.o.run.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// Whether `cluster`'s binding already points at `index` for this run.
+    fn bound_by_this_run(&self, cluster: &str, index: i64) -> bool {
+        self.o.bindings.iter().any(|b| {
+            b.cluster == cluster
+                && b.state == BindingState::Bound
+                && b.resource_snapshot_index == Some(index)
+                && b.update_run_name.as_deref() == Some(self.run_name())
+        })
     }
 
     fn index(&self) -> i64 {
@@ -484,6 +502,17 @@ impl Planner<'_, '_> {
         }
         scheduled.sort_unstable();
         removed.sort_unstable();
+        if scheduled.len() + removed.len() > MAX_RUN_CLUSTERS {
+            return Err((
+                "TooManyClusters",
+                format!(
+                    "Placement {} has {} clusters to update and {} to remove, but one UpdateRun tracks at most {MAX_RUN_CLUSTERS} (each cluster's progress is kept in the run's status, which etcd limits to 1.5 MiB): split the placement into several, each with its own runs",
+                    spec.placement_name,
+                    scheduled.len(),
+                    removed.len()
+                ),
+            ));
+        }
 
         let mut per_stage: Vec<Vec<(Option<i64>, String)>> =
             vec![Vec::new(); strategy.stages.len()];
@@ -715,9 +744,11 @@ impl Planner<'_, '_> {
             let name = cluster.cluster_name.clone();
             let started = cluster.start_time.as_ref().map_or(now, |t| t.0);
             let progress = judge_work(self.o.works.get(&name), index);
-            if !matches!(progress, ClusterProgress::Done) {
-                // Keep the binding pointed at the snapshot: idempotent, and it repairs a crash
-                // between recording the start and writing the binding.
+            if !matches!(progress, ClusterProgress::Done) && !self.bound_by_this_run(&name, index) {
+                // Point the binding at the snapshot again when it does not say so: this repairs
+                // a crash between recording the start and writing the binding. A binding that
+                // already says so is not rewritten: a large stage has many clusters in flight
+                // and every reconcile would re-send all of them before recording anything.
                 self.actions.push(Action::Bind {
                     cluster: name.clone(),
                     index,

@@ -114,6 +114,7 @@ impl World {
         self.bindings.push(BindingView {
             cluster: name.into(),
             state: BindingState::Scheduled,
+            ..Default::default()
         });
     }
 
@@ -149,6 +150,8 @@ impl World {
                 Action::Bind { cluster, index } => {
                     if let Some(b) = self.bindings.iter_mut().find(|b| &b.cluster == cluster) {
                         b.state = BindingState::Bound;
+                        b.resource_snapshot_index = Some(*index);
+                        b.update_run_name = Some(self.run.metadata.name.clone().unwrap());
                     }
                     // The work generator writes the Work at the index (a new generation when
                     // it changes).
@@ -227,6 +230,7 @@ fn initialization_sorts_clusters_into_stages_and_orders_them() {
     w.bindings.push(BindingView {
         cluster: "gone".into(),
         state: BindingState::Unscheduled,
+        ..Default::default()
     });
     let p = w.step();
     assert!(is_true(&p.status.conditions, INITIALIZED));
@@ -319,10 +323,22 @@ fn initialization_failures_name_the_object_and_are_final() {
                 w.bindings.push(BindingView {
                     cluster: "ghost".into(),
                     state: BindingState::Scheduled,
+                    ..Default::default()
                 })
             },
             "MemberClusterNotFound",
             "MemberCluster ghost does not exist",
+        ),
+        (
+            "more clusters than a run can record",
+            |w| {
+                // The six clusters of the world plus these are one more than the limit.
+                for i in 0..MAX_RUN_CLUSTERS - 5 {
+                    w.cluster(&format!("prod-{i:04}"), &[("env", "production")]);
+                }
+            },
+            "TooManyClusters",
+            "Placement web has 2001 clusters to update and 0 to remove, but one UpdateRun tracks at most 2000",
         ),
     ];
     for (what, setup, reason, message) in cases {
@@ -388,8 +404,8 @@ fn initialization_failures_name_the_object_and_are_final() {
 fn a_newer_run_waits_for_the_older_one_to_yield_and_then_takes_over() {
     // The older run is part-way through staging.
     let mut old = World::new();
-    old.step();
     assert_eq!(binds(&old.step()), ["stage-a"]);
+    assert!(binds(&old.step()).is_empty(), "its binding already says so");
 
     // The newer run validates, then waits: not initialized, not failed, no writes.
     let mut new = World::new();
@@ -437,7 +453,7 @@ fn a_newer_run_waits_for_the_older_one_to_yield_and_then_takes_over() {
     new.earlier_runs.clear();
     let p = new.step();
     assert!(is_true(&p.status.conditions, INITIALIZED));
-    assert_eq!(binds(&new.step()), ["stage-a"]);
+    assert_eq!(binds(&p), ["stage-a"]);
 }
 
 #[test]
@@ -459,7 +475,16 @@ fn the_three_stage_journey_respects_order_concurrency_and_gates() {
     assert_eq!(p.status.current_stage.as_deref(), Some("staging"));
     assert_eq!(run_condition(&p, PROGRESSING).1, "UpdateRunStarted");
 
-    // The member reports a stale generation: still pending, the binding is re-asserted.
+    // The member has not reported yet: still pending; the binding already points at the
+    // snapshot for this run, so it is not rewritten.
+    let p = w.step();
+    assert!(binds(&p).is_empty());
+    // A binding that does not say so (lost to a crash, or pointed elsewhere by another run) is
+    // pointed again.
+    w.bindings[0].update_run_name = Some("another-run".into());
+    let p = w.step();
+    assert_eq!(binds(&p), ["stage-a"]);
+    w.bindings[0].resource_snapshot_index = Some(0);
     let p = w.step();
     assert_eq!(binds(&p), ["stage-a"]);
 
@@ -523,12 +548,13 @@ fn the_three_stage_journey_respects_order_concurrency_and_gates() {
     }));
     assert_eq!(binds(&p), ["prod-c", "prod-a"]);
 
-    // prod-a finishes first: one slot frees, prod-b starts; prod-c is still in flight.
+    // prod-a finishes first: one slot frees, prod-b starts; prod-c is still in flight (its
+    // binding already points at the snapshot, so it is not rewritten).
     w.now = t(100_010);
     w.member_ready("prod-a");
     let p = w.step();
     record(&p, &mut first_binds);
-    assert_eq!(binds(&p), ["prod-c", "prod-b"]);
+    assert_eq!(binds(&p), ["prod-b"]);
     w.member_ready("prod-c");
     w.member_ready("prod-b");
     let p = w.step();
@@ -595,7 +621,7 @@ fn a_failed_cluster_stops_the_run_until_it_recovers() {
     // Time passes: nothing new starts, the failure is not repeated as an event.
     w.now = t(1000);
     let p = w.step();
-    assert_eq!(binds(&p), ["stage-a"]);
+    assert!(binds(&p).is_empty());
     assert!(!p.events.iter().any(|e| e.reason == "ClusterUpdateFailed"));
     // The member recovers: the run resumes by itself.
     w.member_ready("stage-a");
@@ -739,6 +765,7 @@ fn empty_stages_still_honour_their_gates_and_the_deletion_stage_removes_unselect
     w.bindings = vec![BindingView {
         cluster: "old".into(),
         state: BindingState::Unscheduled,
+        ..Default::default()
     }];
     w.works.insert(
         "old".into(),
