@@ -69,6 +69,15 @@ pub struct BindingSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 63))]
     pub update_run_name: Option<String>,
+    /// How long the member may take to make the snapshot's workloads available (the run's
+    /// `healthTimeout`, carried to the Work); unset means the agent's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 2, max = 20),
+        regex(pattern = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$")
+    )]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("healthTimeout must be longer than 0s"))]
+    pub health_timeout: Option<String>,
 }
 
 /// The lifecycle of a binding.

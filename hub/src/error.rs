@@ -9,6 +9,23 @@ pub enum Error {
     /// An object the hub needs is malformed in a way admission could not catch.
     #[error("{0}")]
     Invalid(String),
+    /// A reconcile did not finish within [`RECONCILE_TIMEOUT`]; it was abandoned and is retried.
+    #[error("reconcile did not finish within {}s: abandoned, retrying", RECONCILE_TIMEOUT.as_secs())]
+    Timeout,
+}
+
+/// The longest one reconcile may take. Every request already has a read timeout; this bounds
+/// everything else a reconcile might wait on, so nothing can halt a controller silently: a
+/// reconcile past it is dropped (releasing what it held), logged with its object, and retried.
+pub const RECONCILE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// `reconcile`, abandoned with [`Error::Timeout`] after [`RECONCILE_TIMEOUT`].
+pub(crate) async fn bounded<T>(
+    reconcile: impl std::future::Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    tokio::time::timeout(RECONCILE_TIMEOUT, reconcile)
+        .await
+        .unwrap_or(Err(Error::Timeout))
 }
 
 impl Error {
@@ -23,6 +40,7 @@ impl Error {
             Error::Kube(kube::Error::Api(e)) if e.code == 409 => "conflict",
             Error::Kube(_) => "kube",
             Error::Invalid(_) => "invalid",
+            Error::Timeout => "timeout",
         }
     }
 }

@@ -160,7 +160,7 @@ pub async fn run(
     kube::runtime::Controller::for_stream(stream, reader)
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(
-            reconcile,
+            |o, c| crate::error::bounded(reconcile(o, c)),
             error_policy,
             Arc::new(Context {
                 client,

@@ -70,7 +70,7 @@ impl RunState {
 /// The hub's controllers, as named in metric labels.
 pub const CONTROLLERS: [&str; 4] = ["membership", "placement", "update-run", "work-generator"];
 /// Kinds of reconcile errors, as named in metric labels (see `Error::metric_label`).
-pub const ERROR_KINDS: [&str; 4] = ["conflict", "kube", "invalid", "watch"];
+pub const ERROR_KINDS: [&str; 5] = ["conflict", "kube", "invalid", "timeout", "watch"];
 
 /// Labels of the runs gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

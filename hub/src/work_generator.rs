@@ -2,16 +2,18 @@
 //! of the snapshot the binding points at, in namespace `fleet-member-<cluster>` — and rolls the
 //! member's report on that Work up into the Binding's status.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fleethub_crds::binding::BindingState;
 use fleethub_crds::conditions::{FALSE, NewCondition, TRUE, find, set_condition};
 use fleethub_crds::work::{APPLIED, AVAILABLE, WorkStatus};
-use fleethub_crds::{Binding, ResourceSnapshot, UpdateRun, Work, names};
+use fleethub_crds::{Binding, ResourceSnapshot, Work, names};
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -29,6 +31,48 @@ pub const WORK_SYNCHRONIZED: &str = "WorkSynchronized";
 struct Context {
     client: Client,
     clock: Arc<dyn Clock>,
+    /// Every Work, kept current by the watch that also triggers the Works' Bindings.
+    works: Store<Work>,
+    /// The generation of each Work (by namespace/name) as this process last applied it, with
+    /// the index and health timeout it carried. A cached Work still at that generation needs no
+    /// new apply: a reconcile after a member's report (most of them) then makes no request to
+    /// write or read the Work, nor to read its snapshot. A Work changed by anyone else has a new
+    /// generation and is applied again; after a restart every Work is applied once.
+    applied: Mutex<BTreeMap<String, (i64, i64, Option<String>)>>,
+}
+
+impl Context {
+    /// Whether the cached `work` is what this process last applied for `index` and `timeout`.
+    fn up_to_date(&self, work: &Work, index: i64, timeout: &Option<String>) -> bool {
+        let applied = self.applied.lock().unwrap_or_else(|e| e.into_inner());
+        let key = work_key(work);
+        work.spec.resource_snapshot_index == index
+            && work.spec.health_timeout == *timeout
+            && work.metadata.deletion_timestamp.is_none()
+            && applied.get(&key).is_some_and(|(generation, i, t)| {
+                Some(*generation) == work.metadata.generation && *i == index && t == timeout
+            })
+    }
+
+    fn remember_applied(&self, work: &Work, index: i64, timeout: Option<String>) {
+        if let Some(generation) = work.metadata.generation {
+            let mut applied = self.applied.lock().unwrap_or_else(|e| e.into_inner());
+            applied.insert(work_key(work), (generation, index, timeout));
+        }
+    }
+
+    fn forget_applied(&self, namespace: &str, name: &str) {
+        let mut applied = self.applied.lock().unwrap_or_else(|e| e.into_inner());
+        applied.remove(&format!("{namespace}/{name}"));
+    }
+}
+
+fn work_key(work: &Work) -> String {
+    format!(
+        "{}/{}",
+        work.metadata.namespace.as_deref().unwrap_or_default(),
+        work.name_any()
+    )
 }
 
 /// Runs the controller until `shutdown`.
@@ -38,12 +82,24 @@ pub async fn run(
     metrics: Metrics,
     shutdown: CancellationToken,
 ) {
+    let (works, works_writer) = reflector::store::<Work>();
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        clock,
+        works,
+        applied: Default::default(),
+    });
     fleethub_runtime::controller_for(Api::<Binding>::all(client.clone()))
-        .owns_stream(fleethub_runtime::watch_stream(Api::<Work>::all(
-            client.clone(),
-        )))
+        .owns_stream(fleethub_runtime::reflected_stream(
+            Api::<Work>::all(client),
+            works_writer,
+        ))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(reconcile, error_policy, Arc::new(Context { client, clock }))
+        .run(
+            |o, c| crate::error::bounded(reconcile(o, c)),
+            error_policy,
+            ctx,
+        )
         .for_each(move |res| {
             metrics.observe("work-generator", &res);
             if let Err(e) = res {
@@ -93,11 +149,32 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
     let namespace = names::member_namespace(cluster);
     let work_name = names::work_name(placement);
     let works: Api<Work> = Api::namespaced(ctx.client.clone(), &namespace);
+    // Plan only on a complete cache: right after a (re)start a Work missing from a cache still
+    // being filled would look unreported.
+    ctx.works
+        .wait_until_ready()
+        .await
+        .map_err(|e| Error::Invalid(format!("work-generator cache closed: {e}")))?;
+    let cached = ctx
+        .works
+        .get(&ObjectRef::new(&work_name).within(&namespace));
+    let mut work = cached.as_deref().cloned();
     let mut sync: (&str, &str, String) =
         ("Scheduled", FALSE, "no snapshot is bound yet".to_string());
     let mut requeue = Requeue::await_change();
 
     match (binding.spec.state, binding.spec.resource_snapshot_index) {
+        (BindingState::Bound, Some(index))
+            if work
+                .as_ref()
+                .is_some_and(|w| ctx.up_to_date(w, index, &binding.spec.health_timeout)) =>
+        {
+            sync = (
+                "WorkSynchronized",
+                TRUE,
+                format!("Work {namespace}/{work_name} carries resource snapshot {index}"),
+            );
+        }
         (BindingState::Bound, Some(index)) => {
             match snapshot_manifests(&ctx.client, placement, index as u64).await? {
                 None => {
@@ -111,13 +188,7 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
                     );
                 }
                 Some(manifests) => {
-                    let health_timeout = match &binding.spec.update_run_name {
-                        Some(run) => Api::<UpdateRun>::all(ctx.client.clone())
-                            .get_opt(run)
-                            .await?
-                            .and_then(|r| r.spec.health_timeout),
-                        None => None,
-                    };
+                    let health_timeout = binding.spec.health_timeout.clone();
                     let owner = binding.controller_owner_ref(&());
                     let patch = json!({
                         "apiVersion": "fleethub.dev/v1alpha1",
@@ -143,7 +214,9 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
                         )
                         .await
                     {
-                        Ok(_) => {
+                        Ok(applied) => {
+                            ctx.remember_applied(&applied, index, health_timeout);
+                            work = Some(applied);
                             sync = (
                                 "WorkSynchronized",
                                 TRUE,
@@ -169,6 +242,8 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
         }
         (BindingState::Unscheduled, _) => {
             ok_if(works.delete(&work_name, &Default::default()).await, GONE)?;
+            ctx.forget_applied(&namespace, &work_name);
+            work = None;
             sync = (
                 "Unscheduled",
                 FALSE,
@@ -178,8 +253,8 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
         _ => {}
     }
 
-    // Roll the member's report up into the binding.
-    let work = works.get_opt(&work_name).await?;
+    // Roll the member's report up into the binding, from the cache (or the Work just
+    // applied): the member's next report is a Work change that triggers this again.
     let work_generation = work.as_ref().and_then(|w| w.metadata.generation);
     let work_status: WorkStatus = work.and_then(|w| w.status).unwrap_or_default();
     let now = ctx.clock.now();

@@ -23,5 +23,20 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, Error> {
         }
         None => Config::infer().await?,
     };
-    Ok(Client::try_from(config)?)
+    Ok(Client::try_from(with_timeouts(config))?)
+}
+
+/// How long a request may wait for its response's next bytes. kube sets none, so a request
+/// that never got an answer (a dropped connection the client did not notice) waited forever
+/// and halted whatever awaited it: the hub's placement controller stopped for good that way
+/// during a benchmark. The API server answers other requests within its own 60 s
+/// `--request-timeout`, and closes watches at their 290 s `timeoutSeconds` (kube's watcher),
+/// so this cuts off only what would never have finished.
+pub const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(295);
+
+fn with_timeouts(mut config: Config) -> Config {
+    config.read_timeout = Some(READ_TIMEOUT);
+    // Count from when a request is sent, not from when its pooled connection went idle.
+    config.reset_reader_on_write = true;
+    config
 }

@@ -71,15 +71,16 @@ struct Context {
 
 impl Context {
     /// The hub's API discovery, refreshed at most every minute.
+    /// The lock is never held across the discovery requests: a reconcile stuck in them must
+    /// not hold up every other placement's reconcile.
     async fn discovery(&self) -> Result<Arc<Discovery>, Error> {
-        let mut cached = self.discovery.lock().await;
-        if let Some((at, d)) = cached.as_ref()
+        if let Some((at, d)) = self.discovery.lock().await.as_ref()
             && at.elapsed() < Duration::from_secs(60)
         {
             return Ok(d.clone());
         }
         let d = Arc::new(Discovery::new(self.client.clone()).run().await?);
-        *cached = Some((Instant::now(), d.clone()));
+        *self.discovery.lock().await = Some((Instant::now(), d.clone()));
         Ok(d)
     }
 }
@@ -216,7 +217,11 @@ pub async fn run(
         })
         .reconcile_on(content_changes)
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |o, c| crate::error::bounded(reconcile(o, c)),
+            error_policy,
+            ctx,
+        )
         .for_each(move |res| {
             metrics.observe("placement", &res);
             if let Err(e) = res {

@@ -163,7 +163,11 @@ pub async fn run(
             Some(ObjectRef::<UpdateRun>::new(&a.spec.parent_stage_rollout))
         })
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |o, c| crate::error::bounded(reconcile(o, c)),
+            error_policy,
+            ctx,
+        )
         .for_each(move |res| {
             metrics.observe("update-run", &res);
             count_runs(&metrics, &runs_for_gauge);
@@ -312,6 +316,7 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
             state: b.spec.state,
             resource_snapshot_index: b.spec.resource_snapshot_index,
             update_run_name: b.spec.update_run_name.clone(),
+            health_timeout: b.spec.health_timeout.clone(),
         })
         .collect();
     let works: BTreeMap<String, WorkView> = ctx
@@ -477,6 +482,7 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
                     "state": "Bound",
                     "resourceSnapshotIndex": index,
                     "updateRunName": run_name,
+                    "healthTimeout": run.spec.health_timeout,
                 },
             });
             bindings

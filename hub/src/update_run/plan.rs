@@ -80,6 +80,8 @@ pub struct BindingView {
     pub resource_snapshot_index: Option<i64>,
     /// The UpdateRun that last pointed it.
     pub update_run_name: Option<String>,
+    /// The health timeout it carries to the Work.
+    pub health_timeout: Option<String>,
 }
 
 /// A condition as the planner needs it.
@@ -274,13 +276,15 @@ impl Planner<'_, '_> {
         self.o.run.metadata.name.as_deref().unwrap_or_default()
     }
 
-    /// Whether `cluster`'s binding already points at `index` for this run.
+    /// Whether `cluster`'s binding already points at `index` for this run (with its health
+    /// timeout).
     fn bound_by_this_run(&self, cluster: &str, index: i64) -> bool {
         self.o.bindings.iter().any(|b| {
             b.cluster == cluster
                 && b.state == BindingState::Bound
                 && b.resource_snapshot_index == Some(index)
                 && b.update_run_name.as_deref() == Some(self.run_name())
+                && b.health_timeout == self.o.run.spec.health_timeout
         })
     }
 

@@ -152,6 +152,7 @@ impl World {
                         b.state = BindingState::Bound;
                         b.resource_snapshot_index = Some(*index);
                         b.update_run_name = Some(self.run.metadata.name.clone().unwrap());
+                        b.health_timeout = self.run.spec.health_timeout.clone();
                     }
                     // The work generator writes the Work at the index (a new generation when
                     // it changes).
