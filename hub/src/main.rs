@@ -19,6 +19,13 @@ use fleethub_runtime::{Health, kubeconfig, probe};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
+/// mimalloc instead of glibc's malloc: the hub parses and writes objects of hundreds of kilobytes
+/// (a 1,000-cluster run) on several threads, and glibc kept the freed memory in per-thread
+/// arenas: 425 MiB resident, nearly all of it in 64 MiB arenas, half-way through a
+/// 1,000-cluster run.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// How long controllers may take to finish in-flight reconciles after SIGTERM.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 /// How long controllers may take to stop after this hub lost the leader-election lease.

@@ -38,7 +38,18 @@ struct Context {
     /// new apply: a reconcile after a member's report (most of them) then makes no request to
     /// write or read the Work, nor to read its snapshot. A Work changed by anyone else has a new
     /// generation and is applied again; after a restart every Work is applied once.
-    applied: Mutex<BTreeMap<String, (i64, i64, Option<String>)>>,
+    applied: Mutex<BTreeMap<String, Applied>>,
+}
+
+/// What this process last applied to one Work.
+#[derive(Debug, Clone, PartialEq)]
+struct Applied {
+    /// The Work's generation after the apply.
+    generation: i64,
+    /// The snapshot index it carried.
+    index: i64,
+    /// The health timeout it carried.
+    timeout: Option<String>,
 }
 
 impl Context {
@@ -49,15 +60,22 @@ impl Context {
         work.spec.resource_snapshot_index == index
             && work.spec.health_timeout == *timeout
             && work.metadata.deletion_timestamp.is_none()
-            && applied.get(&key).is_some_and(|(generation, i, t)| {
-                Some(*generation) == work.metadata.generation && *i == index && t == timeout
+            && applied.get(&key).is_some_and(|a| {
+                Some(a.generation) == work.metadata.generation
+                    && a.index == index
+                    && a.timeout == *timeout
             })
     }
 
     fn remember_applied(&self, work: &Work, index: i64, timeout: Option<String>) {
         if let Some(generation) = work.metadata.generation {
             let mut applied = self.applied.lock().unwrap_or_else(|e| e.into_inner());
-            applied.insert(work_key(work), (generation, index, timeout));
+            let last = Applied {
+                generation,
+                index,
+                timeout,
+            };
+            applied.insert(work_key(work), last);
         }
     }
 
