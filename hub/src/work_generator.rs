@@ -167,16 +167,17 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
     let namespace = names::member_namespace(cluster);
     let work_name = names::work_name(placement);
     let works: Api<Work> = Api::namespaced(ctx.client.clone(), &namespace);
-    // Plan only on a complete cache: right after a (re)start a Work missing from a cache still
-    // being filled would look unreported.
-    ctx.works
-        .wait_until_ready()
-        .await
-        .map_err(|e| Error::Invalid(format!("work-generator cache closed: {e}")))?;
-    let cached = ctx
-        .works
-        .get(&ObjectRef::new(&work_name).within(&namespace));
-    let mut work = cached.as_deref().cloned();
+    // The Work from the cache; while the cache is still listing (right after a (re)start), from
+    // the API server: a Work missing from a cache being filled would look unreported.
+    let cached = match fleethub_runtime::ready(&ctx.works) {
+        true => ctx
+            .works
+            .get(&ObjectRef::new(&work_name).within(&namespace))
+            .as_deref()
+            .cloned(),
+        false => works.get_opt(&work_name).await?,
+    };
+    let mut work = cached.clone();
     let mut sync: (&str, &str, String) =
         ("Scheduled", FALSE, "no snapshot is bound yet".to_string());
     let mut requeue = Requeue::await_change();
@@ -233,6 +234,11 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
                         .await
                     {
                         Ok(applied) => {
+                            if cached.as_ref().and_then(|w| w.metadata.generation)
+                                != applied.metadata.generation
+                            {
+                                tracing::info!(work = %work_key(&applied), index, "Work now carries resource snapshot {index}");
+                            }
                             ctx.remember_applied(&applied, index, health_timeout);
                             work = Some(applied);
                             sync = (

@@ -102,6 +102,19 @@ where
     )
 }
 
+/// Whether `store` holds a complete list (its watcher's first list has been applied), without
+/// waiting. Reconcilers check this and retry later rather than await the store: a reconcile that
+/// awaited a store fed by its own controller's trigger streams, right after a hub restart, hung
+/// until abandoned (the hub's work generator stalled for two minutes that way).
+pub fn ready<K>(store: &kube::runtime::reflector::Store<K>) -> bool
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+{
+    use futures::FutureExt;
+    matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
+}
+
 /// A controller of `api`'s objects whose own watch uses [`watcher_config`] and [`watch_backoff`].
 pub fn controller_for<K>(api: kube::Api<K>) -> kube::runtime::Controller<K>
 where

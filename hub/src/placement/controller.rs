@@ -373,11 +373,10 @@ async fn reconcile(placement: Arc<Placement>, ctx: Arc<Context>) -> Result<Reque
     }
     // Plan only on complete caches: right after a (re)start or a change of leader, a member or
     // binding missing from a cache still being filled would look unselected.
-    tokio::try_join!(
-        ctx.members.wait_until_ready(),
-        ctx.bindings.wait_until_ready()
-    )
-    .map_err(|e| Error::Invalid(format!("placement caches closed: {e}")))?;
+    if !fleethub_runtime::ready(&ctx.members) || !fleethub_runtime::ready(&ctx.bindings) {
+        tracing::debug!("caches still listing; retrying in a second");
+        return Ok(Requeue::requeue(Duration::from_secs(1)));
+    }
     let name = placement.name_any();
     let now = ctx.clock.now();
     let generation = placement.metadata.generation;

@@ -184,6 +184,8 @@ pub async fn run(
 /// Events waiting to be published; beyond this, new ones are dropped (and logged): the run's
 /// status, not its events, is the record.
 const EVENT_BACKLOG: usize = 10_000;
+/// How soon a reconcile that found its caches still listing runs again.
+const CACHE_WAIT: Duration = Duration::from_secs(1);
 /// Binding writes of one plan made at once (a stage starting many clusters together).
 const BIND_CONCURRENCY: usize = 16;
 
@@ -260,14 +262,17 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
     }
     // Plan only on complete caches: right after a (re)start or a change of leader, a run
     // initialized on a cache still being filled would see clusters (or an earlier run) missing.
-    tokio::try_join!(
-        ctx.runs.wait_until_ready(),
-        ctx.members.wait_until_ready(),
-        ctx.bindings.wait_until_ready(),
-        ctx.works.wait_until_ready(),
-        ctx.approvals.wait_until_ready()
-    )
-    .map_err(|e| Error::Invalid(format!("update-run caches closed: {e}")))?;
+    let ready = [
+        fleethub_runtime::ready(&ctx.runs),
+        fleethub_runtime::ready(&ctx.members),
+        fleethub_runtime::ready(&ctx.bindings),
+        fleethub_runtime::ready(&ctx.works),
+        fleethub_runtime::ready(&ctx.approvals),
+    ];
+    if ready.contains(&false) {
+        tracing::debug!("caches still listing; retrying in a second");
+        return Ok(Requeue::requeue(CACHE_WAIT));
+    }
     let placement_name = run.spec.placement_name.clone();
 
     let (strategy, placement, snapshot_exists) = if initialized(&run) {
