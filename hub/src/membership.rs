@@ -131,6 +131,12 @@ struct Context {
     provisioned: std::sync::Mutex<std::collections::HashMap<String, jiff::Timestamp>>,
 }
 
+/// Members reconciled at once. After a restart every member's six provisioned objects are
+/// applied again; at 1,000 members, all at once, that burst saturated the API server while the
+/// rollouts' own requests waited behind it. Eight at a time keeps room for them (health
+/// verdicts still come within seconds: a healthy member's reconcile makes no request).
+const MEMBER_CONCURRENCY: u16 = 8;
+
 /// How long provisioned objects are trusted without re-applying them.
 const REPROVISION_AFTER: Duration = Duration::from_secs(600);
 
@@ -158,6 +164,7 @@ pub async fn run(
     .applied_objects()
     .predicate_filter(trigger, Default::default());
     kube::runtime::Controller::for_stream(stream, reader)
+        .with_config(kube::runtime::controller::Config::default().concurrency(MEMBER_CONCURRENCY))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(
             |o, c| crate::error::bounded(reconcile(o, c)),

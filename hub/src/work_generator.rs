@@ -2,8 +2,7 @@
 //! of the snapshot the binding points at, in namespace `fleet-member-<cluster>` — and rolls the
 //! member's report on that Work up into the Binding's status.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fleethub_crds::binding::BindingState;
@@ -11,6 +10,7 @@ use fleethub_crds::conditions::{FALSE, NewCondition, TRUE, find, set_condition};
 use fleethub_crds::work::{APPLIED, AVAILABLE, WorkStatus};
 use fleethub_crds::{Binding, ResourceSnapshot, Work, names};
 use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -33,56 +33,30 @@ struct Context {
     clock: Arc<dyn Clock>,
     /// Every Work, kept current by the watch that also triggers the Works' Bindings.
     works: Store<Work>,
-    /// The generation of each Work (by namespace/name) as this process last applied it, with
-    /// the index and health timeout it carried. A cached Work still at that generation needs no
-    /// new apply: a reconcile after a member's report (most of them) then makes no request to
-    /// write or read the Work, nor to read its snapshot. A Work changed by anyone else has a new
-    /// generation and is applied again; after a restart every Work is applied once.
-    applied: Mutex<BTreeMap<String, Applied>>,
 }
 
-/// What this process last applied to one Work.
-#[derive(Debug, Clone, PartialEq)]
-struct Applied {
-    /// The Work's generation after the apply.
-    generation: i64,
-    /// The snapshot index it carried.
-    index: i64,
-    /// The health timeout it carried.
-    timeout: Option<String>,
-}
-
-impl Context {
-    /// Whether the cached `work` is what this process last applied for `index` and `timeout`.
-    fn up_to_date(&self, work: &Work, index: i64, timeout: &Option<String>) -> bool {
-        let applied = self.applied.lock().unwrap_or_else(|e| e.into_inner());
-        let key = work_key(work);
-        work.spec.resource_snapshot_index == index
-            && work.spec.health_timeout == *timeout
-            && work.metadata.deletion_timestamp.is_none()
-            && applied.get(&key).is_some_and(|a| {
-                Some(a.generation) == work.metadata.generation
-                    && a.index == index
-                    && a.timeout == *timeout
-            })
-    }
-
-    fn remember_applied(&self, work: &Work, index: i64, timeout: Option<String>) {
-        if let Some(generation) = work.metadata.generation {
-            let mut applied = self.applied.lock().unwrap_or_else(|e| e.into_inner());
-            let last = Applied {
-                generation,
-                index,
-                timeout,
-            };
-            applied.insert(work_key(work), last);
-        }
-    }
-
-    fn forget_applied(&self, namespace: &str, name: &str) {
-        let mut applied = self.applied.lock().unwrap_or_else(|e| e.into_inner());
-        applied.remove(&format!("{namespace}/{name}"));
-    }
+/// Whether `work` already is what this controller would apply for `index` and `timeout`, so
+/// that a reconcile after a member's report (most of them, and every Binding after a hub
+/// restart) makes no request to read the snapshot or write the Work. The Work's managed fields
+/// say who wrote its spec: only this controller may have (the agent writes the status and a
+/// finalizer); anyone else's edit of the spec makes it stale, and the apply takes it back.
+fn up_to_date(work: &Work, index: i64, timeout: &Option<String>) -> bool {
+    let entries = work.metadata.managed_fields.as_deref().unwrap_or_default();
+    let writes_spec = |e: &&ManagedFieldsEntry| {
+        e.subresource.as_deref().unwrap_or_default().is_empty()
+            && e.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.get("f:spec").is_some())
+    };
+    let (ours, others): (Vec<_>, Vec<_>) = entries
+        .iter()
+        .filter(writes_spec)
+        .partition(|e| e.manager.as_deref() == Some(FIELD_MANAGER));
+    work.spec.resource_snapshot_index == index
+        && work.spec.health_timeout == *timeout
+        && work.metadata.deletion_timestamp.is_none()
+        && !ours.is_empty()
+        && others.is_empty()
 }
 
 fn work_key(work: &Work) -> String {
@@ -105,7 +79,6 @@ pub async fn run(
         client: client.clone(),
         clock,
         works,
-        applied: Default::default(),
     });
     fleethub_runtime::controller_for(Api::<Binding>::all(client.clone()))
         .owns_stream(fleethub_runtime::reflected_stream(
@@ -186,7 +159,7 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
         (BindingState::Bound, Some(index))
             if work
                 .as_ref()
-                .is_some_and(|w| ctx.up_to_date(w, index, &binding.spec.health_timeout)) =>
+                .is_some_and(|w| up_to_date(w, index, &binding.spec.health_timeout)) =>
         {
             sync = (
                 "WorkSynchronized",
@@ -239,7 +212,6 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
                             {
                                 tracing::info!(work = %work_key(&applied), index, "Work now carries resource snapshot {index}");
                             }
-                            ctx.remember_applied(&applied, index, health_timeout);
                             work = Some(applied);
                             sync = (
                                 "WorkSynchronized",
@@ -266,7 +238,6 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
         }
         (BindingState::Unscheduled, _) => {
             ok_if(works.delete(&work_name, &Default::default()).await, GONE)?;
-            ctx.forget_applied(&namespace, &work_name);
             work = None;
             sync = (
                 "Unscheduled",
@@ -333,4 +304,76 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
             .await?;
     }
     Ok(requeue)
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1;
+    use serde_json::json;
+
+    use super::*;
+
+    fn entry(manager: &str, subresource: &str, fields: serde_json::Value) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            subresource: (!subresource.is_empty()).then(|| subresource.into()),
+            fields_v1: Some(FieldsV1(fields)),
+            ..Default::default()
+        }
+    }
+
+    fn work(index: i64, timeout: Option<&str>, entries: Vec<ManagedFieldsEntry>) -> Work {
+        let mut w: Work = serde_json::from_value(json!({
+            "apiVersion": "fleethub.dev/v1alpha1", "kind": "Work",
+            "metadata": {"name": "web", "namespace": "fleet-member-a"},
+            "spec": {"placementName": "web", "resourceSnapshotIndex": index,
+                     "healthTimeout": timeout, "workload": {"manifests": []}},
+        }))
+        .unwrap();
+        w.metadata.managed_fields = Some(entries);
+        w
+    }
+
+    #[test]
+    fn a_work_is_up_to_date_only_when_this_controller_alone_wrote_its_spec_at_the_index() {
+        let ours = entry(
+            FIELD_MANAGER,
+            "",
+            json!({"f:spec": {"f:resourceSnapshotIndex": {}}}),
+        );
+        let agent_finalizer = entry(
+            "fleethub/member-agent",
+            "",
+            json!({"f:metadata": {"f:finalizers": {}}}),
+        );
+        let agent_status = entry(
+            "fleethub/member-agent",
+            "status",
+            json!({"f:status": {"f:conditions": {}}}),
+        );
+        let edit = entry("kubectl-edit", "", json!({"f:spec": {"f:workload": {}}}));
+        let timeout = Some("30s".to_string());
+        let all = |extra: Vec<ManagedFieldsEntry>| {
+            let mut v = vec![ours.clone(), agent_finalizer.clone(), agent_status.clone()];
+            v.extend(extra);
+            v
+        };
+
+        assert!(up_to_date(&work(3, Some("30s"), all(vec![])), 3, &timeout));
+        // Another index or health timeout: apply.
+        assert!(!up_to_date(&work(2, Some("30s"), all(vec![])), 3, &timeout));
+        assert!(!up_to_date(&work(3, None, all(vec![])), 3, &timeout));
+        // Someone else edited the spec: apply, which takes it back.
+        assert!(!up_to_date(
+            &work(3, Some("30s"), all(vec![edit])),
+            3,
+            &timeout
+        ));
+        // Not written by this controller at all (e.g. created by hand): apply.
+        let theirs = vec![
+            agent_finalizer.clone(),
+            entry("kubectl", "", json!({"f:spec": {}})),
+        ];
+        assert!(!up_to_date(&work(3, Some("30s"), theirs), 3, &timeout));
+    }
 }
