@@ -67,6 +67,86 @@ struct Context {
     discovery: Mutex<Option<(Instant, Arc<Discovery>)>>,
     bindings: Store<Binding>,
     members: Store<MemberCluster>,
+    content: Arc<ContentMarks>,
+}
+
+/// Which placements' selected content is known to be unchanged since it was last gathered.
+/// Gathering lists every namespaced kind in a selected namespace (about 40 requests), and a
+/// placement reconciles on every change of its Bindings (a member's report changes one several
+/// times): without this, a 1,000-cluster rollout re-read its namespace thousands of times. A
+/// view, not a decision: after a restart everything is gathered once.
+#[derive(Default)]
+struct ContentMarks {
+    inner: std::sync::Mutex<ContentMarksInner>,
+}
+
+#[derive(Default)]
+struct ContentMarksInner {
+    /// Content changes seen per placement (by the content watches).
+    changes: BTreeMap<String, u64>,
+    /// Per placement: its UID and generation, the change count and time of the last gather,
+    /// and the content hash it found.
+    gathered: BTreeMap<String, Gathered>,
+}
+
+#[derive(Clone, PartialEq)]
+struct Gathered {
+    uid: Option<String>,
+    generation: Option<i64>,
+    changes: u64,
+    at: Instant,
+    hash: String,
+}
+
+impl ContentMarks {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ContentMarksInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A selected object of `placement` changed.
+    fn changed(&self, placement: &str) {
+        *self
+            .lock()
+            .changes
+            .entry(placement.to_string())
+            .or_default() += 1;
+    }
+
+    /// The change count to record with a gather that starts now.
+    fn changes(&self, placement: &str) -> u64 {
+        self.lock()
+            .changes
+            .get(placement)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Whether `placement`'s content is known to hash to `latest_hash` (its latest snapshot):
+    /// gathered for this placement object and generation, with no content change since, less
+    /// than [`RESYNC`] ago (kinds the hub does not watch are re-read that often).
+    fn unchanged(&self, placement: &Placement, latest_hash: Option<&str>) -> bool {
+        let inner = self.lock();
+        let name = placement.name_any();
+        let changes = inner.changes.get(&name).copied().unwrap_or_default();
+        inner.gathered.get(&name).is_some_and(|g| {
+            g.uid == placement.metadata.uid
+                && g.generation == placement.metadata.generation
+                && g.changes == changes
+                && g.at.elapsed() < RESYNC
+                && Some(g.hash.as_str()) == latest_hash
+        })
+    }
+
+    fn gathered(&self, placement: &Placement, changes: u64, at: Instant, hash: String) {
+        let g = Gathered {
+            uid: placement.metadata.uid.clone(),
+            generation: placement.metadata.generation,
+            changes,
+            at,
+            hash,
+        };
+        self.lock().gathered.insert(placement.name_any(), g);
+    }
 }
 
 impl Context {
@@ -122,6 +202,7 @@ const BINDING_WRITES: usize = 16;
 fn watch_kind<K>(
     client: &Client,
     placements: Store<Placement>,
+    marks: Arc<ContentMarks>,
 ) -> stream::BoxStream<'static, ObjectRef<Placement>>
 where
     K: Resource<DynamicType = ()>
@@ -148,6 +229,9 @@ where
             meta.metadata.namespace.as_deref(),
             &meta.name_any(),
         );
+        for r in &refs {
+            marks.changed(&r.name);
+        }
         stream::iter(refs)
     })
     .boxed()
@@ -177,21 +261,22 @@ pub async fn run(
     let controller = fleethub_runtime::controller_for(Api::<Placement>::all(client.clone()));
     let placements = controller.store();
     let p = || placements.clone();
+    let content = Arc::new(ContentMarks::default());
     let content_changes = stream::select_all(vec![
-        watch_kind::<Namespace>(&client, p()),
-        watch_kind::<ConfigMap>(&client, p()),
-        watch_kind::<Secret>(&client, p()),
-        watch_kind::<Service>(&client, p()),
-        watch_kind::<ServiceAccount>(&client, p()),
-        watch_kind::<Deployment>(&client, p()),
-        watch_kind::<StatefulSet>(&client, p()),
-        watch_kind::<DaemonSet>(&client, p()),
-        watch_kind::<Job>(&client, p()),
-        watch_kind::<CronJob>(&client, p()),
-        watch_kind::<Role>(&client, p()),
-        watch_kind::<RoleBinding>(&client, p()),
-        watch_kind::<ClusterRole>(&client, p()),
-        watch_kind::<ClusterRoleBinding>(&client, p()),
+        watch_kind::<Namespace>(&client, p(), content.clone()),
+        watch_kind::<ConfigMap>(&client, p(), content.clone()),
+        watch_kind::<Secret>(&client, p(), content.clone()),
+        watch_kind::<Service>(&client, p(), content.clone()),
+        watch_kind::<ServiceAccount>(&client, p(), content.clone()),
+        watch_kind::<Deployment>(&client, p(), content.clone()),
+        watch_kind::<StatefulSet>(&client, p(), content.clone()),
+        watch_kind::<DaemonSet>(&client, p(), content.clone()),
+        watch_kind::<Job>(&client, p(), content.clone()),
+        watch_kind::<CronJob>(&client, p(), content.clone()),
+        watch_kind::<Role>(&client, p(), content.clone()),
+        watch_kind::<RoleBinding>(&client, p(), content.clone()),
+        watch_kind::<ClusterRole>(&client, p(), content.clone()),
+        watch_kind::<ClusterRoleBinding>(&client, p(), content.clone()),
     ]);
     let all_placements = placements.clone();
     let ctx = Arc::new(Context {
@@ -200,6 +285,7 @@ pub async fn run(
         discovery: Mutex::new(None),
         bindings,
         members,
+        content,
     });
     controller
         .owns_stream(fleethub_runtime::watch_stream(
@@ -396,7 +482,15 @@ async fn reconcile(placement: Arc<Placement>, ctx: Arc<Context>) -> Result<Reque
         .filter(|s| s.spec.part == 0)
         .max_by_key(|s| s.spec.resource_index);
     let mut latest_index = latest.map(|s| s.spec.resource_index);
-    match gather(&ctx, &placement).await? {
+    let latest_hash = latest.map(|s| s.spec.content_hash.as_str());
+    let gathering = (!ctx.content.unchanged(&placement, latest_hash))
+        .then(|| (ctx.content.changes(&name), Instant::now()));
+    let gathered = match gathering {
+        Some(_) => gather(&ctx, &placement).await?,
+        None => Ok(Vec::new()),
+    };
+    match gathered {
+        Ok(_) if gathering.is_none() => {}
         Err(why) => {
             set_condition(
                 &mut status.conditions,
@@ -424,6 +518,9 @@ async fn reconcile(placement: Arc<Placement>, ctx: Arc<Context>) -> Result<Reque
                 cut_snapshot(&ctx, &placement, index, &hash, objects, &existing).await?;
                 tracing::info!(index, "cut a new resource snapshot");
                 latest_index = Some(index);
+            }
+            if let Some((changes, at)) = gathering {
+                ctx.content.gathered(&placement, changes, at, hash);
             }
         }
     }
@@ -813,4 +910,52 @@ async fn write_status(
         )
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod content_marks_tests {
+    use super::*;
+
+    fn placement(generation: i64) -> Placement {
+        let mut p: Placement = serde_json::from_value(json!({
+            "apiVersion": "fleethub.dev/v1alpha1", "kind": "Placement",
+            "metadata": {"name": "web", "uid": "u1", "generation": generation},
+            "spec": {"resourceSelectors": [{"group": "", "version": "v1", "kind": "Namespace", "name": "app"}],
+                     "policy": {"placementType": "PickAll"}},
+        }))
+        .unwrap();
+        p.metadata.generation = Some(generation);
+        p
+    }
+
+    #[test]
+    fn content_is_gathered_again_after_a_change_a_new_generation_or_another_snapshot() {
+        let marks = ContentMarks::default();
+        let p = placement(1);
+        assert!(!marks.unchanged(&p, Some("h1")), "never gathered");
+
+        let start = marks.changes("web");
+        marks.gathered(&p, start, Instant::now(), "h1".into());
+        assert!(marks.unchanged(&p, Some("h1")));
+        assert!(
+            !marks.unchanged(&p, Some("h0")),
+            "the latest snapshot holds other content"
+        );
+        assert!(
+            !marks.unchanged(&placement(2), Some("h1")),
+            "the spec changed"
+        );
+
+        marks.changed("web");
+        assert!(
+            !marks.unchanged(&p, Some("h1")),
+            "a selected object changed"
+        );
+
+        // A change during a gather is not lost: the gather counts from where it started.
+        let start = marks.changes("web");
+        marks.changed("web");
+        marks.gathered(&p, start, Instant::now(), "h1".into());
+        assert!(!marks.unchanged(&p, Some("h1")));
+    }
 }
