@@ -133,9 +133,9 @@ struct Context {
 
 /// Members reconciled at once. After a restart every member's six provisioned objects are
 /// applied again; at 1,000 members, all at once, that burst saturated the API server while the
-/// rollouts' own requests waited behind it. Eight at a time keeps room for them (health
+/// rollouts' own requests waited behind it. Sixteen at a time keeps room for them (health
 /// verdicts still come within seconds: a healthy member's reconcile makes no request).
-const MEMBER_CONCURRENCY: u16 = 8;
+const MEMBER_CONCURRENCY: u16 = 16;
 
 /// How long provisioned objects are trusted without re-applying them.
 const REPROVISION_AFTER: Duration = Duration::from_secs(600);
