@@ -142,7 +142,7 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
     let works: Api<Work> = Api::namespaced(ctx.client.clone(), &namespace);
     // The Work from the cache; while the cache is still listing (right after a (re)start), from
     // the API server: a Work missing from a cache being filled would look unreported.
-    let cached = match fleethub_runtime::ready(&ctx.works) {
+    let cached = match fleethub_runtime::ready_within(&ctx.works, Duration::from_secs(10)).await {
         true => ctx
             .works
             .get(&ObjectRef::new(&work_name).within(&namespace))

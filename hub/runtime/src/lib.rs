@@ -102,17 +102,22 @@ where
     )
 }
 
-/// Whether `store` holds a complete list (its watcher's first list has been applied), without
-/// waiting. Reconcilers check this and retry later rather than await the store: a reconcile that
-/// awaited a store fed by its own controller's trigger streams, right after a hub restart, hung
-/// until abandoned (the hub's work generator stalled for two minutes that way).
-pub fn ready<K>(store: &kube::runtime::reflector::Store<K>) -> bool
+/// Whether `store` holds a complete list (its watcher's first list has been applied) within
+/// `patience`. Right after a (re)start a reconcile waits the few milliseconds a list takes; but
+/// never without bound: a store whose list cannot complete (an overloaded API server) makes the
+/// reconcile retry later instead of hanging.
+pub async fn ready_within<K>(
+    store: &kube::runtime::reflector::Store<K>,
+    patience: std::time::Duration,
+) -> bool
 where
     K: kube::Resource + Clone + 'static,
     K::DynamicType: std::hash::Hash + Eq + Clone,
 {
-    use futures::FutureExt;
-    matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
+    matches!(
+        tokio::time::timeout(patience, store.wait_until_ready()).await,
+        Ok(Ok(()))
+    )
 }
 
 /// A controller of `api`'s objects whose own watch uses [`watcher_config`] and [`watch_backoff`].

@@ -459,9 +459,12 @@ async fn reconcile(placement: Arc<Placement>, ctx: Arc<Context>) -> Result<Reque
     }
     // Plan only on complete caches: right after a (re)start or a change of leader, a member or
     // binding missing from a cache still being filled would look unselected.
-    if !fleethub_runtime::ready(&ctx.members) || !fleethub_runtime::ready(&ctx.bindings) {
-        tracing::debug!("caches still listing; retrying in a second");
-        return Ok(Requeue::requeue(Duration::from_secs(1)));
+    let wait = Duration::from_secs(10);
+    if !fleethub_runtime::ready_within(&ctx.members, wait).await
+        || !fleethub_runtime::ready_within(&ctx.bindings, wait).await
+    {
+        tracing::info!("caches still listing after {wait:?}; retrying");
+        return Ok(Requeue::requeue(wait));
     }
     let name = placement.name_any();
     let now = ctx.clock.now();

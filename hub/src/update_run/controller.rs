@@ -184,8 +184,9 @@ pub async fn run(
 /// Events waiting to be published; beyond this, new ones are dropped (and logged): the run's
 /// status, not its events, is the record.
 const EVENT_BACKLOG: usize = 10_000;
-/// How soon a reconcile that found its caches still listing runs again.
-const CACHE_WAIT: Duration = Duration::from_secs(1);
+/// How long a reconcile waits for a cache still listing (right after a start), and how soon it
+/// runs again when one did not finish its list by then.
+const CACHE_WAIT: Duration = Duration::from_secs(10);
 /// Binding writes of one plan made at once (a stage starting many clusters together).
 const BIND_CONCURRENCY: usize = 16;
 
@@ -263,14 +264,14 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
     // Plan only on complete caches: right after a (re)start or a change of leader, a run
     // initialized on a cache still being filled would see clusters (or an earlier run) missing.
     let ready = [
-        fleethub_runtime::ready(&ctx.runs),
-        fleethub_runtime::ready(&ctx.members),
-        fleethub_runtime::ready(&ctx.bindings),
-        fleethub_runtime::ready(&ctx.works),
-        fleethub_runtime::ready(&ctx.approvals),
+        fleethub_runtime::ready_within(&ctx.runs, CACHE_WAIT).await,
+        fleethub_runtime::ready_within(&ctx.members, CACHE_WAIT).await,
+        fleethub_runtime::ready_within(&ctx.bindings, CACHE_WAIT).await,
+        fleethub_runtime::ready_within(&ctx.works, CACHE_WAIT).await,
+        fleethub_runtime::ready_within(&ctx.approvals, CACHE_WAIT).await,
     ];
     if ready.contains(&false) {
-        tracing::debug!("caches still listing; retrying in a second");
+        tracing::info!("caches still listing after {CACHE_WAIT:?}; retrying");
         return Ok(Requeue::requeue(CACHE_WAIT));
     }
     let placement_name = run.spec.placement_name.clone();
