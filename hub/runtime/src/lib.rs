@@ -139,6 +139,46 @@ where
     kube::runtime::Controller::for_stream(synced_objects(events, false), reader)
 }
 
+/// Like [`controller_for`], and also a channel that receives `change(object)` for every object
+/// the controller's watch changes or deletes, sent once the controller's store holds that
+/// change: a trigger for related objects whose reconciles read the store. (A second watch of
+/// the same kind raced the store: a run triggered by its sibling's change could still read
+/// the sibling's previous status, and nothing triggered it again.)
+pub fn controller_with_changes<K, T>(
+    api: kube::Api<K>,
+    change: impl Fn(&K) -> T + Send + 'static,
+) -> (
+    kube::runtime::Controller<K>,
+    futures::channel::mpsc::UnboundedReceiver<T>,
+)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    T: Send + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::WatchStreamExt;
+    use kube::runtime::watcher::Event;
+    let (reader, writer) = kube::runtime::reflector::store();
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    // `reflect` applies each event to the store before it is passed on.
+    let events = kube::runtime::watcher(api, watcher_config())
+        .backoff(watch_backoff())
+        .reflect(writer)
+        .inspect(move |event| {
+            if let Ok(Event::Apply(o) | Event::Delete(o)) = event {
+                let _ = tx.unbounded_send(change(o));
+            }
+        });
+    let controller = kube::runtime::Controller::for_stream(synced_objects(events, false), reader);
+    (controller, rx)
+}
+
 /// The objects that a watcher's `events` touch (changed or deleted), like kube's
 /// `touched_objects()`, except that the objects of a (re-)list come only once the list is
 /// complete. A reflector fed by the same events swaps its new state in at that moment, so a

@@ -105,7 +105,13 @@ pub async fn run(
         members_writer,
     );
 
-    let controller = fleethub_runtime::controller_for(Api::<UpdateRun>::all(client.clone()));
+    // A run's change concerns the other runs of its placement: a newer run supersedes them,
+    // and a run that ended lets a waiting newer one start. Those triggers come from the
+    // controller's own watch, once its store holds the change the sibling will read.
+    let (controller, sibling_changes) = fleethub_runtime::controller_with_changes(
+        Api::<UpdateRun>::all(client.clone()),
+        |r: &UpdateRun| r.spec.placement_name.clone(),
+    );
     let runs = controller.store();
     let by_placement = |runs: Store<UpdateRun>| {
         move |placement: &str| -> Vec<ObjectRef<UpdateRun>> {
@@ -119,9 +125,6 @@ pub async fn run(
     let for_work = by_placement(runs.clone());
     let for_binding = by_placement(runs.clone());
     let for_run = by_placement(runs.clone());
-    // A run's change concerns the other runs of its placement: a newer run supersedes them,
-    // and a run that ended lets a waiting newer one start.
-    let sibling_stream = fleethub_runtime::watch_stream(Api::<UpdateRun>::all(client.clone()));
     let runs_for_gauge = runs.clone();
     let (events, mut to_publish) = tokio::sync::mpsc::channel::<(
         Event,
@@ -156,9 +159,9 @@ pub async fn run(
         .watches_stream(binding_stream, move |b: Binding| {
             for_binding(&b.spec.placement_name)
         })
-        .watches_stream(sibling_stream, move |r: UpdateRun| {
-            for_run(&r.spec.placement_name)
-        })
+        .reconcile_on(
+            sibling_changes.flat_map(move |placement| futures::stream::iter(for_run(&placement))),
+        )
         .watches_stream(approval_stream, |a: ApprovalRequest| {
             Some(ObjectRef::<UpdateRun>::new(&a.spec.parent_stage_rollout))
         })
