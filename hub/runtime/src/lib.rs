@@ -45,6 +45,30 @@ pub enum Error {
     Serve(#[source] std::io::Error),
 }
 
+/// A kind fleethub watches and caches: a static Kubernetes kind, deserializable, shareable
+/// between tasks.
+pub trait Watched:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// The watch configuration every fleethub watcher uses. Lists (the initial one, and the relist
 /// after a watch expired) are quorum reads (`ListSemantic::MostRecent`): a list served from a
 /// restarted API server's cache can hand back a resource version older than that cache's window.
@@ -86,13 +110,7 @@ pub fn reflected_stream<K>(
     writer: kube::runtime::reflector::store::Writer<K>,
 ) -> impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     use kube::runtime::WatchStreamExt;
     touched_after_sync(
@@ -123,13 +141,7 @@ where
 /// A controller of `api`'s objects whose own watch uses [`watcher_config`] and [`watch_backoff`].
 pub fn controller_for<K>(api: kube::Api<K>) -> kube::runtime::Controller<K>
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     use kube::runtime::WatchStreamExt;
     let (reader, writer) = kube::runtime::reflector::store();
@@ -152,13 +164,7 @@ pub fn controller_with_changes<K, T>(
     futures::channel::mpsc::UnboundedReceiver<T>,
 )
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
     T: Send + 'static,
 {
     use futures::StreamExt;
