@@ -22,6 +22,7 @@ use crate::Error;
 use crate::clock::Clock;
 use crate::error::{GONE, ok_if};
 use crate::metrics::Metrics;
+use fleethub_runtime::CACHE_WAIT;
 
 /// Field manager of every write this controller makes.
 pub const FIELD_MANAGER: &str = "fleethub/work-generator";
@@ -142,15 +143,22 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
     let works: Api<Work> = Api::namespaced(ctx.client.clone(), &namespace);
     // The Work from the cache; while the cache is still listing (right after a (re)start), from
     // the API server: a Work missing from a cache being filled would look unreported.
-    let cached = match fleethub_runtime::ready_within(&ctx.works, Duration::from_secs(10)).await {
-        true => ctx
-            .works
-            .get(&ObjectRef::new(&work_name).within(&namespace))
-            .as_deref()
-            .cloned(),
-        false => works.get_opt(&work_name).await?,
+    let cached: Option<Arc<Work>> =
+        match fleethub_runtime::ready_within(CACHE_WAIT, ctx.works.wait_until_ready()).await {
+            true => ctx
+                .works
+                .get(&ObjectRef::new(&work_name).within(&namespace)),
+            false => works.get_opt(&work_name).await?.map(Arc::new),
+        };
+    let cached_generation = cached.as_ref().and_then(|w| w.metadata.generation);
+    let mut work = cached;
+    let synchronized = |index: i64| {
+        (
+            "WorkSynchronized",
+            TRUE,
+            format!("Work {namespace}/{work_name} carries resource snapshot {index}"),
+        )
     };
-    let mut work = cached.clone();
     let mut sync: (&str, &str, String) =
         ("Scheduled", FALSE, "no snapshot is bound yet".to_string());
     let mut requeue = Requeue::await_change();
@@ -161,11 +169,7 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
                 .as_ref()
                 .is_some_and(|w| up_to_date(w, index, &binding.spec.health_timeout)) =>
         {
-            sync = (
-                "WorkSynchronized",
-                TRUE,
-                format!("Work {namespace}/{work_name} carries resource snapshot {index}"),
-            );
+            sync = synchronized(index);
         }
         (BindingState::Bound, Some(index)) => {
             match snapshot_manifests(&ctx.client, placement, index as u64).await? {
@@ -207,19 +211,11 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
                         .await
                     {
                         Ok(applied) => {
-                            if cached.as_ref().and_then(|w| w.metadata.generation)
-                                != applied.metadata.generation
-                            {
+                            if cached_generation != applied.metadata.generation {
                                 tracing::info!(work = %work_key(&applied), index, "Work now carries resource snapshot {index}");
                             }
-                            work = Some(applied);
-                            sync = (
-                                "WorkSynchronized",
-                                TRUE,
-                                format!(
-                                    "Work {namespace}/{work_name} carries resource snapshot {index}"
-                                ),
-                            )
+                            work = Some(Arc::new(applied));
+                            sync = synchronized(index);
                         }
                         Err(kube::Error::Api(e)) if e.code == 404 => {
                             sync = (
@@ -251,7 +247,7 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
     // Roll the member's report up into the binding, from the cache (or the Work just
     // applied): the member's next report is a Work change that triggers this again.
     let work_generation = work.as_ref().and_then(|w| w.metadata.generation);
-    let work_status: WorkStatus = work.and_then(|w| w.status).unwrap_or_default();
+    let work_status: WorkStatus = work.and_then(|w| w.status.clone()).unwrap_or_default();
     let now = ctx.clock.now();
     let generation = binding.metadata.generation;
     let mut status = binding.status.clone().unwrap_or_default();

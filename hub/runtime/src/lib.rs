@@ -112,30 +112,36 @@ pub fn reflected_stream<K>(
 where
     K: Watched,
 {
-    use kube::runtime::WatchStreamExt;
-    touched_after_sync(
-        kube::runtime::watcher(api, watcher_config())
-            .backoff(watch_backoff())
-            .reflect(writer),
-    )
+    touched_after_sync(reflected_events(api, writer))
 }
 
-/// Whether `store` holds a complete list (its watcher's first list has been applied) within
+/// `api`'s watch events with [`watcher_config`] and [`watch_backoff`], each applied to
+/// `writer`'s store before it is passed on.
+fn reflected_events<K: Watched>(
+    api: kube::Api<K>,
+    writer: kube::runtime::reflector::store::Writer<K>,
+) -> impl futures::Stream<Item = Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>>
++ Send
++ 'static {
+    use kube::runtime::WatchStreamExt;
+    kube::runtime::watcher(api, watcher_config())
+        .backoff(watch_backoff())
+        .reflect(writer)
+}
+
+/// How long a reconcile waits for caches still listing (right after a start), and how soon it
+/// runs again when they did not finish by then.
+pub const CACHE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether `ready` (a store's `wait_until_ready()`, or several joined) resolves within
 /// `patience`. Right after a (re)start a reconcile waits the few milliseconds a list takes; but
-/// never without bound: a store whose list cannot complete (an overloaded API server) makes the
+/// never without bound: caches whose list cannot complete (an overloaded API server) make the
 /// reconcile retry later instead of hanging.
-pub async fn ready_within<K>(
-    store: &kube::runtime::reflector::Store<K>,
+pub async fn ready_within<T, E>(
     patience: std::time::Duration,
-) -> bool
-where
-    K: kube::Resource + Clone + 'static,
-    K::DynamicType: std::hash::Hash + Eq + Clone,
-{
-    matches!(
-        tokio::time::timeout(patience, store.wait_until_ready()).await,
-        Ok(Ok(()))
-    )
+    ready: impl std::future::Future<Output = Result<T, E>>,
+) -> bool {
+    matches!(tokio::time::timeout(patience, ready).await, Ok(Ok(_)))
 }
 
 /// A controller of `api`'s objects whose own watch uses [`watcher_config`] and [`watch_backoff`].
@@ -143,11 +149,8 @@ pub fn controller_for<K>(api: kube::Api<K>) -> kube::runtime::Controller<K>
 where
     K: Watched,
 {
-    use kube::runtime::WatchStreamExt;
     let (reader, writer) = kube::runtime::reflector::store();
-    let events = kube::runtime::watcher(api, watcher_config())
-        .backoff(watch_backoff())
-        .reflect(writer);
+    let events = reflected_events(api, writer);
     kube::runtime::Controller::for_stream(synced_objects(events, false), reader)
 }
 
@@ -168,19 +171,15 @@ where
     T: Send + 'static,
 {
     use futures::StreamExt;
-    use kube::runtime::WatchStreamExt;
     use kube::runtime::watcher::Event;
     let (reader, writer) = kube::runtime::reflector::store();
     let (tx, rx) = futures::channel::mpsc::unbounded();
-    // `reflect` applies each event to the store before it is passed on.
-    let events = kube::runtime::watcher(api, watcher_config())
-        .backoff(watch_backoff())
-        .reflect(writer)
-        .inspect(move |event| {
-            if let Ok(Event::Apply(o) | Event::Delete(o)) = event {
-                let _ = tx.unbounded_send(change(o));
-            }
-        });
+    // Each event reaches the store before it is passed on.
+    let events = reflected_events(api, writer).inspect(move |event| {
+        if let Ok(Event::Apply(o) | Event::Delete(o)) = event {
+            let _ = tx.unbounded_send(change(o));
+        }
+    });
     let controller = kube::runtime::Controller::for_stream(synced_objects(events, false), reader);
     (controller, rx)
 }

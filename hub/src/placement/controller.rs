@@ -35,6 +35,7 @@ use crate::Error;
 use crate::clock::Clock;
 use crate::error::{EXISTS, GONE, ok_if};
 use crate::metrics::Metrics;
+use fleethub_runtime::CACHE_WAIT;
 
 /// Field manager of every write this controller makes.
 pub const FIELD_MANAGER: &str = "fleethub/placement";
@@ -459,12 +460,15 @@ async fn reconcile(placement: Arc<Placement>, ctx: Arc<Context>) -> Result<Reque
     }
     // Plan only on complete caches: right after a (re)start or a change of leader, a member or
     // binding missing from a cache still being filled would look unselected.
-    let wait = Duration::from_secs(10);
-    if !fleethub_runtime::ready_within(&ctx.members, wait).await
-        || !fleethub_runtime::ready_within(&ctx.bindings, wait).await
-    {
-        tracing::info!("caches still listing after {wait:?}; retrying");
-        return Ok(Requeue::requeue(wait));
+    let caches = async {
+        tokio::try_join!(
+            ctx.members.wait_until_ready(),
+            ctx.bindings.wait_until_ready()
+        )
+    };
+    if !fleethub_runtime::ready_within(CACHE_WAIT, caches).await {
+        tracing::info!("caches still listing after {CACHE_WAIT:?}; retrying");
+        return Ok(Requeue::requeue(CACHE_WAIT));
     }
     let name = placement.name_any();
     let now = ctx.clock.now();
@@ -489,12 +493,12 @@ async fn reconcile(placement: Arc<Placement>, ctx: Arc<Context>) -> Result<Reque
     let gathering = (!ctx.content.unchanged(&placement, latest_hash))
         .then(|| (ctx.content.changes(&name), Instant::now()));
     let gathered = match gathering {
-        Some(_) => gather(&ctx, &placement).await?,
-        None => Ok(Vec::new()),
+        Some(_) => Some(gather(&ctx, &placement).await?),
+        None => None,
     };
     match gathered {
-        Ok(_) if gathering.is_none() => {}
-        Err(why) => {
+        None => {}
+        Some(Err(why)) => {
             set_condition(
                 &mut status.conditions,
                 cond("Scheduled", FALSE, "InvalidResourceSelector", why),
@@ -504,7 +508,7 @@ async fn reconcile(placement: Arc<Placement>, ctx: Arc<Context>) -> Result<Reque
                 .await
                 .map(|_| Requeue::await_change());
         }
-        Ok(objects) => {
+        Some(Ok(objects)) => {
             if let Some(why) = content::oversized(&objects, content::MAX_PART_BYTES) {
                 set_condition(
                     &mut status.conditions,

@@ -28,6 +28,7 @@ use crate::Error;
 use crate::clock::Clock;
 use crate::error::{EXISTS, GONE, ok_if};
 use crate::metrics::{Metrics, RunState, RunStateLabels};
+use fleethub_runtime::CACHE_WAIT;
 
 /// Field manager of every write this controller makes.
 pub const FIELD_MANAGER: &str = "fleethub/update-run";
@@ -187,9 +188,6 @@ pub async fn run(
 /// Events waiting to be published; beyond this, new ones are dropped (and logged): the run's
 /// status, not its events, is the record.
 const EVENT_BACKLOG: usize = 10_000;
-/// How long a reconcile waits for a cache still listing (right after a start), and how soon it
-/// runs again when one did not finish its list by then.
-const CACHE_WAIT: Duration = Duration::from_secs(10);
 /// Binding writes of one plan made at once (a stage starting many clusters together).
 const BIND_CONCURRENCY: usize = 16;
 
@@ -266,14 +264,16 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
     }
     // Plan only on complete caches: right after a (re)start or a change of leader, a run
     // initialized on a cache still being filled would see clusters (or an earlier run) missing.
-    let ready = [
-        fleethub_runtime::ready_within(&ctx.runs, CACHE_WAIT).await,
-        fleethub_runtime::ready_within(&ctx.members, CACHE_WAIT).await,
-        fleethub_runtime::ready_within(&ctx.bindings, CACHE_WAIT).await,
-        fleethub_runtime::ready_within(&ctx.works, CACHE_WAIT).await,
-        fleethub_runtime::ready_within(&ctx.approvals, CACHE_WAIT).await,
-    ];
-    if ready.contains(&false) {
+    let caches = async {
+        tokio::try_join!(
+            ctx.runs.wait_until_ready(),
+            ctx.members.wait_until_ready(),
+            ctx.bindings.wait_until_ready(),
+            ctx.works.wait_until_ready(),
+            ctx.approvals.wait_until_ready()
+        )
+    };
+    if !fleethub_runtime::ready_within(CACHE_WAIT, caches).await {
         tracing::info!("caches still listing after {CACHE_WAIT:?}; retrying");
         return Ok(Requeue::requeue(CACHE_WAIT));
     }
