@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 pub const APPROVED: &str = "Approved";
 /// Condition type set by the hub once the run has taken the approval into account.
 pub const APPROVAL_ACCEPTED: &str = "ApprovalAccepted";
+/// Reason of the hub's `ApprovalAccepted=True` condition.
+pub const ACCEPTED_REASON: &str = "ApprovalAccepted";
 
 /// Created by an UpdateRun when a stage's Approval task is reached, named `<run>-<stage>`. A
 /// person approves by setting condition `Approved` with status `True` on its status

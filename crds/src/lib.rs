@@ -6,6 +6,7 @@
 #![allow(clippy::duplicated_attributes)]
 
 pub mod applied_work;
+pub mod apply;
 pub mod approval;
 pub mod binding;
 pub mod concurrency;
@@ -15,6 +16,7 @@ pub mod member_cluster;
 pub mod names;
 pub mod placement;
 pub mod resource_snapshot;
+pub mod run_progress;
 mod schema;
 pub mod strategy;
 pub mod update_run;

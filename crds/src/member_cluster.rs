@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 pub const JOINED: &str = "Joined";
 /// Condition type: the member's agent heartbeats on time.
 pub const HEALTHY: &str = "Healthy";
+/// The member agent's ServiceAccount, in its member's namespace on the hub
+/// (`fleet-member-<name>`) and in the agent's namespace on the member.
+pub const AGENT_SERVICE_ACCOUNT: &str = "member-agent";
 
 /// A member cluster of the fleet. Its labels are what update stages select on. Creating one makes
 /// the hub provision namespace `fleet-member-<name>` with RBAC that lets that member's agent read

@@ -11,10 +11,105 @@ use crate::strategy::{AfterStageTaskType, StagedUpdateStrategySpec};
 
 /// Condition type: the run froze its strategy and cluster plan into status.
 pub const INITIALIZED: &str = "Initialized";
-/// Condition type: the run is moving (False while it waits on a gate or is stopped).
+/// Condition type (run and stage): moving (False while it waits on a gate or is stopped).
 pub const PROGRESSING: &str = "Progressing";
-/// Condition type: the run finished (True) or failed (False).
+/// Condition type (run, stage and cluster): finished (True) or failed (False).
 pub const SUCCEEDED: &str = "Succeeded";
+/// Cluster condition type: the run pointed the cluster's Binding at the snapshot.
+pub const CLUSTER_STARTED: &str = "Started";
+/// After-stage task condition type: a TimedWait's time has passed.
+pub const WAIT_TIME_ELAPSED: &str = "WaitTimeElapsed";
+/// After-stage task condition type: the ApprovalRequest exists.
+pub const APPROVAL_REQUEST_CREATED: &str = "ApprovalRequestCreated";
+/// After-stage task condition type: a person approved and the run took it into account.
+pub const APPROVAL_REQUEST_APPROVED: &str = "ApprovalRequestApproved";
+
+/// Name of the final stage (`status.deletionStageStatus`) that removes the workload from
+/// clusters the placement no longer selects.
+pub const DELETION_STAGE: &str = "fleethub.dev/delete";
+/// How long a cluster may take to become available when the run does not say.
+pub const DEFAULT_HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+/// The most clusters one run tracks. Each cluster's progress is kept in the run's status (about
+/// 550 bytes with a 50-character name), and etcd stores at most 1.5 MiB per object: past this a
+/// run could not record its progress at all, so it is refused at initialization instead.
+pub const MAX_RUN_CLUSTERS: usize = 2_000;
+/// Field manager of the hub's update-run controller (run status, Bindings it points,
+/// ApprovalRequests it accepts).
+pub const FIELD_MANAGER: &str = "fleethub/update-run";
+
+/// Reasons of a run's, a stage's, a cluster's and a task's conditions (and of the run's
+/// events).
+pub mod reason {
+    /// Initialized=True.
+    pub const INITIALIZED: &str = "UpdateRunInitializedSuccessfully";
+    /// Progressing=False after a final initialization failure.
+    pub const INITIALIZATION_FAILED: &str = "UpdateRunInitializationFailed";
+    /// Progressing=True: clusters are updating.
+    pub const STARTED: &str = "UpdateRunStarted";
+    /// Progressing=False: an after-stage task waits.
+    pub const WAITING: &str = "UpdateRunWaiting";
+    /// Progressing=False: `spec.state` is Stop.
+    pub const STOPPED: &str = "UpdateRunStopped";
+    /// Progressing=False: a cluster failed; nothing new starts.
+    pub const CLUSTER_FAILED: &str = "ClusterUpdateFailed";
+    /// Succeeded=True.
+    pub const SUCCEEDED: &str = "UpdateRunSucceeded";
+    /// Succeeded=False after a final initialization failure.
+    pub const FAILED: &str = "UpdateRunFailed";
+    /// Succeeded=False: a newer run of the same placement took over.
+    pub const SUPERSEDED: &str = "UpdateRunSuperseded";
+    /// Initialized=False (not final): an earlier run of the placement has not stopped yet.
+    pub const WAITING_FOR_PREVIOUS_RUN: &str = "WaitingForPreviousRun";
+    /// Stage Progressing=True.
+    pub const STAGE_STARTED: &str = "StageUpdatingStarted";
+    /// Stage Progressing=False: its clusters are done, its after-stage tasks wait.
+    pub const STAGE_WAITING: &str = "StageUpdatingWaiting";
+    /// Stage Progressing=False: a cluster of the stage failed.
+    pub const STAGE_FAILED: &str = "StageUpdatingFailed";
+    /// Stage Succeeded=True.
+    pub const STAGE_SUCCEEDED: &str = "StageUpdatingSucceeded";
+    /// Cluster Started=True.
+    pub const CLUSTER_STARTED: &str = "ClusterUpdatingStarted";
+    /// Cluster Succeeded=True.
+    pub const CLUSTER_SUCCEEDED: &str = "ClusterUpdatingSucceeded";
+    /// Cluster Succeeded=False: the member could not apply the Work.
+    pub const CLUSTER_UPDATE_FAILED: &str = "ClusterUpdatingFailed";
+    /// Cluster Succeeded=False: not available within the health timeout.
+    pub const CLUSTER_HEALTH_TIMEOUT: &str = "ClusterHealthTimeout";
+    /// TimedWait WaitTimeElapsed=False.
+    pub const WAIT_PENDING: &str = "AfterStageTaskWaiting";
+    /// TimedWait WaitTimeElapsed=True.
+    pub const WAIT_ELAPSED: &str = "AfterStageTaskWaitTimeElapsed";
+    /// Approval ApprovalRequestCreated=True.
+    pub const APPROVAL_CREATED: &str = "AfterStageTaskApprovalRequestCreated";
+    /// Approval ApprovalRequestApproved=True.
+    pub const APPROVAL_APPROVED: &str = "AfterStageTaskApprovalRequestApproved";
+
+    /// Initialized=False: the Placement does not exist.
+    pub const PLACEMENT_NOT_FOUND: &str = "PlacementNotFound";
+    /// Initialized=False: the Placement's strategy type is not External.
+    pub const PLACEMENT_NOT_EXTERNAL: &str = "PlacementNotExternal";
+    /// Initialized=False: the StagedUpdateStrategy does not exist.
+    pub const STRATEGY_NOT_FOUND: &str = "StrategyNotFound";
+    /// Initialized=False: no ResourceSnapshot at the run's index.
+    pub const SNAPSHOT_NOT_FOUND: &str = "ResourceSnapshotNotFound";
+    /// Initialized=False: the strategy has a value the controller cannot use.
+    pub const INVALID_STRATEGY: &str = "InvalidStrategy";
+    /// Initialized=False: `spec.healthTimeout` cannot be read.
+    pub const INVALID_HEALTH_TIMEOUT: &str = "InvalidHealthTimeout";
+    /// Initialized=False: `spec.resourceSnapshotIndex` cannot be read.
+    pub const INVALID_SNAPSHOT_INDEX: &str = "InvalidResourceSnapshotIndex";
+    /// Initialized=False: more than [`MAX_RUN_CLUSTERS`](super::MAX_RUN_CLUSTERS) clusters.
+    pub const TOO_MANY_CLUSTERS: &str = "TooManyClusters";
+    /// Initialized=False: a selected cluster has no MemberCluster.
+    pub const MEMBER_CLUSTER_NOT_FOUND: &str = "MemberClusterNotFound";
+    /// Initialized=False: a selected cluster matches no stage.
+    pub const CLUSTER_MATCHES_NO_STAGE: &str = "ClusterMatchesNoStage";
+    /// Initialized=False: a selected cluster matches several stages.
+    pub const CLUSTER_MATCHES_SEVERAL_STAGES: &str = "ClusterMatchesSeveralStages";
+    /// Initialized=False: a sorting label's value is not an integer.
+    pub const INVALID_SORTING_LABEL: &str = "InvalidSortingLabel";
+}
 
 /// Rolls one Placement (whose strategy type is External) out to one resource snapshot index,
 /// stage by stage, as a StagedUpdateStrategy says. All progress lives in status, so a restarted
@@ -71,6 +166,15 @@ pub struct UpdateRunSpec {
     )]
     #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("healthTimeout must be longer than 0s"))]
     pub health_timeout: Option<String>,
+}
+
+impl UpdateRunSpec {
+    /// The resource snapshot index to roll out: `resourceSnapshotIndex` read as a number, the
+    /// one place it is parsed. Admission allows only decimal digits, at most 18 of them, so an
+    /// error means an object that bypassed admission.
+    pub fn snapshot_index(&self) -> Result<i64, std::num::ParseIntError> {
+        self.resource_snapshot_index.parse()
+    }
 }
 
 /// Whether a run may start new clusters.

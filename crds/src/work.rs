@@ -135,3 +135,9 @@ pub struct ManifestIdentifier {
     /// Name.
     pub name: String,
 }
+
+/// Reasons the member agent writes on a Work's conditions.
+pub mod reason {
+    /// `Available=False`: the Work did not become available within its health timeout.
+    pub const HEALTH_TIMEOUT: &str = "HealthTimeout";
+}

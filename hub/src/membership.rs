@@ -26,7 +26,7 @@ use crate::metrics::Metrics;
 /// Field manager of every write this controller makes.
 pub const FIELD_MANAGER: &str = "fleethub/membership";
 /// The member agent's ServiceAccount in its namespace.
-pub const AGENT_SERVICE_ACCOUNT: &str = "member-agent";
+pub use fleethub_crds::member_cluster::AGENT_SERVICE_ACCOUNT;
 /// Heartbeat period when the MemberCluster does not set one.
 pub const DEFAULT_HEARTBEAT_PERIOD: Duration = Duration::from_secs(15);
 

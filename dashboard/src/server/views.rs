@@ -3,36 +3,22 @@
 use std::collections::BTreeMap;
 
 use fleethub_crds::conditions::{FALSE, TRUE, find};
-use fleethub_crds::strategy::AfterStageTaskType;
-use fleethub_crds::update_run::{
-    INITIALIZED, PROGRESSING, SUCCEEDED, StageUpdatingStatus, UpdateRunState,
+use fleethub_crds::run_progress::{
+    Approval, ClusterPhase, ClusterProgress, RunPhase, RunProgress, StagePhase, StageProgress,
+    TaskProgress,
 };
+use fleethub_crds::update_run::DELETION_STAGE;
 use fleethub_crds::work::{APPLIED, AVAILABLE};
 use fleethub_crds::{
-    ApprovalRequest, Binding, MemberCluster, Placement, ResourceSnapshot, UpdateRun, approval,
-    member_cluster,
+    ApprovalRequest, Binding, MemberCluster, Placement, ResourceSnapshot, UpdateRun, member_cluster,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
 use crate::model::*;
 
-/// The hub's name for the final stage that removes the workload from unselected clusters.
-const DELETION_STAGE: &str = "fleethub.dev/delete";
-const CLUSTER_STARTED: &str = "Started";
-const WAIT_TIME_ELAPSED: &str = "WaitTimeElapsed";
-const APPROVAL_REQUEST_CREATED: &str = "ApprovalRequestCreated";
-const APPROVAL_REQUEST_APPROVED: &str = "ApprovalRequestApproved";
-const REASON_STOPPED: &str = "UpdateRunStopped";
-const REASON_WAITING: &str = "UpdateRunWaiting";
-const REASON_STAGE_WAITING: &str = "StageUpdatingWaiting";
-
-fn unix(t: &Time) -> i64 {
-    t.0.as_second()
-}
-
 fn opt_unix(t: Option<&Time>) -> Option<i64> {
-    t.map(unix)
+    t.map(|t| t.0.as_second())
 }
 
 /// A condition shown as a state: `True` → `yes` label, `False` → `no` label, else Unknown.
@@ -181,200 +167,125 @@ pub fn placements(
     }
 }
 
-/// A run's overall state.
+/// A run's overall state, as the Runs page words it.
 pub fn run_state(run: &UpdateRun) -> State {
-    let Some(status) = run.status.as_ref() else {
-        return State::new(
-            "Pending",
-            Tone::Idle,
-            "the hub has not picked this run up yet",
-        );
+    let progress = RunProgress::new(run, &[]);
+    run_phase_state(progress.phase, &progress.message)
+}
+
+fn run_phase_state(phase: RunPhase, message: &str) -> State {
+    let (label, tone) = match phase {
+        RunPhase::Pending => ("Pending", Tone::Idle),
+        RunPhase::Queued => ("Queued", Tone::Wait),
+        RunPhase::Initializing => ("Initializing", Tone::Busy),
+        RunPhase::Progressing => ("Running", Tone::Busy),
+        RunPhase::Stopping => ("Stopping", Tone::Wait),
+        RunPhase::Stopped => ("Stopped", Tone::Wait),
+        RunPhase::Waiting => ("Waiting", Tone::Wait),
+        RunPhase::Blocked => ("Blocked", Tone::Bad),
+        RunPhase::Succeeded => ("Succeeded", Tone::Good),
+        RunPhase::Failed => ("Failed", Tone::Bad),
     };
-    let c = &status.conditions;
-    if let Some(s) = find(c, SUCCEEDED) {
-        return if s.status == TRUE {
-            State::new("Succeeded", Tone::Good, s.message.clone())
-        } else {
-            State::new("Failed", Tone::Bad, s.message.clone())
-        };
-    }
-    if let Some(i) = find(c, INITIALIZED)
-        && i.status == FALSE
-    {
-        return State::new("Failed to start", Tone::Bad, i.message.clone());
-    }
-    match find(c, PROGRESSING) {
-        Some(p) if p.reason == REASON_STOPPED => {
-            State::new("Stopped", Tone::Wait, p.message.clone())
-        }
-        Some(p) if p.status == TRUE => State::new("Running", Tone::Busy, p.message.clone()),
-        Some(p) if p.reason == REASON_WAITING => {
-            State::new("Waiting", Tone::Wait, p.message.clone())
-        }
-        Some(p) if p.status == FALSE => State::new("Blocked", Tone::Bad, p.message.clone()),
-        _ if run.spec.state == Some(UpdateRunState::Stop) => {
-            State::new("Stopped", Tone::Wait, "stopped by a person")
-        }
-        _ => State::new("Initializing", Tone::Busy, ""),
-    }
+    let message = match phase {
+        RunPhase::Pending => "the hub has not picked this run up yet",
+        _ => message,
+    };
+    State::new(label, tone, message)
 }
 
-fn stage_state(stage: &StageUpdatingStatus) -> State {
-    let c = &stage.conditions;
-    if let Some(s) = find(c, SUCCEEDED) {
-        return if s.status == TRUE {
-            State::new("Succeeded", Tone::Good, s.message.clone())
-        } else {
-            State::new("Failed", Tone::Bad, s.message.clone())
-        };
-    }
-    match find(c, PROGRESSING) {
-        Some(p) if p.status == TRUE => State::new("Updating", Tone::Busy, p.message.clone()),
-        Some(p) if p.reason == REASON_STAGE_WAITING => {
-            State::new("Waiting", Tone::Wait, p.message.clone())
-        }
-        Some(p) if p.status == FALSE => State::new("Failed", Tone::Bad, p.message.clone()),
-        _ => State::new("Not started", Tone::Idle, ""),
-    }
+fn stage_state(stage: &StageProgress) -> State {
+    let (label, tone) = match stage.phase {
+        StagePhase::NotStarted => ("Not started", Tone::Idle),
+        StagePhase::Updating => ("Updating", Tone::Busy),
+        StagePhase::Waiting => ("Waiting", Tone::Wait),
+        StagePhase::Succeeded => ("Succeeded", Tone::Good),
+        StagePhase::Failed => ("Failed", Tone::Bad),
+    };
+    State::new(label, tone, stage.message.clone())
 }
 
-fn cluster_state(conditions: &[Condition]) -> State {
-    match find(conditions, SUCCEEDED) {
-        Some(s) if s.status == TRUE => State::new("Succeeded", Tone::Good, s.message.clone()),
-        Some(s) if s.status == FALSE => State::new("Failed", Tone::Bad, s.message.clone()),
-        _ => match find(conditions, CLUSTER_STARTED) {
-            Some(s) if s.status == TRUE => State::new("Updating", Tone::Busy, s.message.clone()),
-            _ => State::new("Pending", Tone::Idle, ""),
+fn cluster_state(cluster: &ClusterProgress) -> State {
+    let (label, tone) = match cluster.phase {
+        ClusterPhase::Pending => ("Pending", Tone::Idle),
+        ClusterPhase::Updating => ("Updating", Tone::Busy),
+        ClusterPhase::Succeeded => ("Succeeded", Tone::Good),
+        ClusterPhase::Failed => ("Failed", Tone::Bad),
+    };
+    State::new(label, tone, cluster.message.clone())
+}
+
+fn task_view(task: &TaskProgress) -> TaskView {
+    match task {
+        TaskProgress::TimedWait {
+            wait_time,
+            until,
+            elapsed_at,
+            ..
+        } => TaskView::TimedWait {
+            wait: wait_time.clone(),
+            until: until.map(|t| t.as_second()),
+            elapsed: elapsed_at.is_some(),
+        },
+        TaskProgress::Approval {
+            request,
+            approval,
+            recorded,
+            ..
+        } => TaskView::Approval {
+            request: request.clone(),
+            approved: approval.is_some(),
+            approved_by: approval.as_ref().and_then(|a| a.by.clone()),
+            note: approval.as_ref().and_then(|a| a.note.clone()),
+            approved_at: approval.as_ref().map(|a| a.at.as_second()),
+            accepted: *recorded,
+            pending: task.waiting(),
         },
     }
 }
 
-/// Who approved and their note, from an `Approved` condition's message: "approved by alice:
-/// lgtm" (as `approve_patch` writes it; user names contain colons but never ": ") gives alice
-/// and lgtm; a message in another form (a hand-written kubectl patch) is all note.
-fn approver(message: &str) -> (Option<String>, Option<String>) {
-    let note = |s: &str| Some(s.trim().to_string()).filter(|s| !s.is_empty());
-    match message.strip_prefix("approved by ") {
-        Some(rest) => match rest.split_once(": ") {
-            Some((who, why)) => (note(who), note(why)),
-            None => (note(rest), None),
-        },
-        None => (None, note(message)),
-    }
-}
-
-fn stage_view(
-    stage: &StageUpdatingStatus,
-    config: Option<&fleethub_crds::strategy::StageConfig>,
-    approvals: &BTreeMap<String, &ApprovalRequest>,
-) -> StageView {
-    let clusters_completed = opt_unix(stage.clusters_completed_time.as_ref());
-    let tasks = stage
-        .after_stage_task_status
-        .iter()
-        .map(|t| match t.type_ {
-            AfterStageTaskType::TimedWait => {
-                let wait = config
-                    .and_then(|c| {
-                        c.after_stage_tasks
-                            .iter()
-                            .find(|a| a.type_ == AfterStageTaskType::TimedWait)
-                    })
-                    .and_then(|a| a.wait_time.clone())
-                    .unwrap_or_default();
-                let secs = fleethub_crds::duration::parse(&wait)
-                    .map(|d| d.as_secs() as i64)
-                    .ok();
-                TaskView::TimedWait {
-                    until: clusters_completed.zip(secs).map(|(c, s)| c + s),
-                    elapsed: find(&t.conditions, WAIT_TIME_ELAPSED)
-                        .is_some_and(|c| c.status == TRUE),
-                    wait,
-                }
-            }
-            AfterStageTaskType::Approval => {
-                let request = t.approval_request_name.clone();
-                let ar = request.as_ref().and_then(|n| approvals.get(n));
-                let approved = ar
-                    .and_then(|a| a.status.as_ref())
-                    .and_then(|s| find(&s.conditions, approval::APPROVED))
-                    .filter(|c| c.status == TRUE);
-                let accepted = find(&t.conditions, APPROVAL_REQUEST_APPROVED)
-                    .is_some_and(|c| c.status == TRUE);
-                let created =
-                    find(&t.conditions, APPROVAL_REQUEST_CREATED).is_some_and(|c| c.status == TRUE);
-                let (approved_by, note) =
-                    approved.map(|c| approver(&c.message)).unwrap_or_default();
-                TaskView::Approval {
-                    approved: approved.is_some(),
-                    approved_by,
-                    note,
-                    approved_at: approved.map(|c| unix(&c.last_transition_time)),
-                    accepted,
-                    pending: created && approved.is_none() && !accepted && ar.is_some(),
-                    request,
-                }
-            }
-        })
-        .collect::<Vec<_>>();
-    // In the strategy's order (the status may list them otherwise).
-    let order = |t: &TaskView| {
-        let ty = match t {
-            TaskView::TimedWait { .. } => AfterStageTaskType::TimedWait,
-            TaskView::Approval { .. } => AfterStageTaskType::Approval,
-        };
-        config
-            .and_then(|c| c.after_stage_tasks.iter().position(|a| a.type_ == ty))
-            .unwrap_or(usize::MAX)
-    };
-    let mut tasks = tasks;
-    tasks.sort_by_key(order);
+fn stage_view(stage: &StageProgress) -> StageView {
     StageView {
-        name: if stage.stage_name == DELETION_STAGE {
+        name: if stage.name == DELETION_STAGE {
             "clean-up (clusters no longer selected)".into()
         } else {
-            stage.stage_name.clone()
+            stage.name.clone()
         },
         state: stage_state(stage),
-        started: opt_unix(stage.start_time.as_ref()),
-        clusters_completed,
-        ended: opt_unix(stage.end_time.as_ref()),
+        started: stage.started.map(|t| t.as_second()),
+        clusters_completed: stage.clusters_completed.map(|t| t.as_second()),
+        ended: stage.ended.map(|t| t.as_second()),
         clusters: stage
             .clusters
             .iter()
             .map(|c| ClusterView {
-                name: c.cluster_name.clone(),
-                state: cluster_state(&c.conditions),
-                started: opt_unix(c.start_time.as_ref()),
-                ended: opt_unix(c.end_time.as_ref()),
+                name: c.name.clone(),
+                state: cluster_state(c),
+                started: c.started.map(|t| t.as_second()),
+                ended: c.ended.map(|t| t.as_second()),
             })
             .collect(),
-        tasks,
+        tasks: stage.tasks.iter().map(task_view).collect(),
+    }
+}
+
+fn row(progress: &RunProgress) -> RunRow {
+    let (done, total) = progress.counts();
+    RunRow {
+        name: progress.name.clone(),
+        placement: progress.placement.clone(),
+        index: progress.index.clone(),
+        strategy: progress.strategy.clone(),
+        state: run_phase_state(progress.phase, &progress.message),
+        current_stage: progress.current_stage.clone().unwrap_or_default(),
+        done,
+        total,
+        created: progress.created.map(|t| t.as_second()),
     }
 }
 
 /// A run's row in the list.
 pub fn run_row(run: &UpdateRun) -> RunRow {
-    let status = run.status.clone().unwrap_or_default();
-    let all: Vec<_> = status
-        .stages_status
-        .iter()
-        .flat_map(|s| s.clusters.iter())
-        .collect();
-    RunRow {
-        name: run.name_any(),
-        placement: run.spec.placement_name.clone(),
-        index: run.spec.resource_snapshot_index.clone(),
-        strategy: run.spec.staged_rollout_strategy_name.clone(),
-        state: run_state(run),
-        current_stage: status.current_stage.clone().unwrap_or_default(),
-        done: all
-            .iter()
-            .filter(|c| find(&c.conditions, SUCCEEDED).is_some_and(|s| s.status == TRUE))
-            .count(),
-        total: all.len(),
-        created: opt_unix(run.metadata.creation_timestamp.as_ref()),
-    }
+    row(&RunProgress::new(run, &[]))
 }
 
 /// The Runs page, newest first.
@@ -392,49 +303,23 @@ pub fn runs(mut runs: Vec<UpdateRun>) -> RunsView {
 
 /// The page of one run, with its ApprovalRequests.
 pub fn run(run: &UpdateRun, approvals: &[ApprovalRequest]) -> RunView {
-    let status = run.status.clone().unwrap_or_default();
-    let by_name: BTreeMap<String, &ApprovalRequest> =
-        approvals.iter().map(|a| (a.name_any(), a)).collect();
-    let configs = status
-        .staged_update_strategy_snapshot
+    let progress = RunProgress::new(run, approvals);
+    let mut stages: Vec<StageView> = progress.stages.iter().map(stage_view).collect();
+    if let Some(d) = progress
+        .deletion
         .as_ref()
-        .map(|s| s.stages.clone())
-        .unwrap_or_default();
-    let mut stages: Vec<StageView> = status
-        .stages_status
-        .iter()
-        .map(|s| stage_view(s, configs.iter().find(|c| c.name == s.stage_name), &by_name))
-        .collect();
-    if let Some(d) = status.deletion_stage_status.as_ref()
-        && !d.clusters.is_empty()
+        .filter(|d| !d.clusters.is_empty())
     {
-        stages.push(stage_view(d, None, &by_name));
+        stages.push(stage_view(d));
     }
-    let row = run_row(run);
-    let mut problems = Vec::new();
-    if matches!(row.state.tone, Tone::Bad) && !row.state.message.is_empty() {
-        problems.push(row.state.message.clone());
-    }
-    for s in &stages {
-        for c in &s.clusters {
-            if c.state.tone == Tone::Bad {
-                problems.push(format!(
-                    "Cluster {} in stage {} failed: {}",
-                    c.name, s.name, c.state.message
-                ));
-            }
-        }
-    }
-    problems.dedup();
-    let finished = find(&status.conditions, SUCCEEDED).is_some();
     RunView {
-        stopped: run.spec.state == Some(UpdateRunState::Stop),
-        finished,
-        started: opt_unix(status.start_time.as_ref()),
-        ended: opt_unix(status.end_time.as_ref()),
-        problems,
+        row: row(&progress),
+        stopped: progress.stop_requested,
+        finished: progress.phase.finished(),
+        started: progress.started.map(|t| t.as_second()),
+        ended: progress.ended.map(|t| t.as_second()),
+        problems: progress.problems(),
         stages,
-        row,
     }
 }
 
@@ -443,11 +328,7 @@ pub fn run(run: &UpdateRun, approvals: &[ApprovalRequest]) -> RunView {
 pub fn approvals(mut all: Vec<ApprovalRequest>, runs: &[UpdateRun]) -> ApprovalsView {
     let open_runs: std::collections::BTreeSet<String> = runs
         .iter()
-        .filter(|r| {
-            r.status
-                .as_ref()
-                .is_none_or(|s| find(&s.conditions, SUCCEEDED).is_none())
-        })
+        .filter(|r| !RunPhase::of(r).finished())
         .map(|r| r.name_any())
         .collect();
     all.sort_by_key(|a| {
@@ -458,11 +339,7 @@ pub fn approvals(mut all: Vec<ApprovalRequest>, runs: &[UpdateRun]) -> Approvals
     });
     let pending = all
         .iter()
-        .filter(|a| {
-            !a.status.as_ref().is_some_and(|s| {
-                find(&s.conditions, approval::APPROVED).is_some_and(|c| c.status == TRUE)
-            })
-        })
+        .filter(|a| Approval::of(a).is_none())
         .filter(|a| open_runs.contains(&a.spec.parent_stage_rollout))
         .map(|a| ApprovalRow {
             name: a.name_any(),
@@ -477,10 +354,16 @@ pub fn approvals(mut all: Vec<ApprovalRequest>, runs: &[UpdateRun]) -> Approvals
 
 #[cfg(test)]
 mod tests {
+    //! How the pages word the shared run model (`fleethub_crds::run_progress`, which is
+    //! tested where it is defined).
     use super::*;
+    use fleethub_crds::approval;
+    use fleethub_crds::strategy::AfterStageTaskType;
     use fleethub_crds::update_run::{
-        AfterStageTaskStatus, ClusterUpdatingStatus, UpdateRunSpec, UpdateRunStatus,
+        APPROVAL_REQUEST_CREATED, AfterStageTaskStatus, ClusterUpdatingStatus, INITIALIZED,
+        PROGRESSING, SUCCEEDED, StageUpdatingStatus, UpdateRunSpec, UpdateRunStatus, reason,
     };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
     fn cond(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
         Condition {
@@ -504,19 +387,22 @@ mod tests {
             },
         );
         run.status = Some(UpdateRunStatus {
-            conditions: vec![cond(
-                PROGRESSING,
-                FALSE,
-                REASON_WAITING,
-                "waiting for approval of stage canary",
-            )],
+            conditions: vec![
+                cond(INITIALIZED, TRUE, reason::INITIALIZED, "initialized"),
+                cond(
+                    PROGRESSING,
+                    FALSE,
+                    reason::WAITING,
+                    "waiting for approval of stage canary",
+                ),
+            ],
             current_stage: Some("canary".into()),
             stages_status: vec![StageUpdatingStatus {
                 stage_name: "canary".into(),
                 clusters: vec![
                     ClusterUpdatingStatus {
                         cluster_name: "member-2".into(),
-                        conditions: vec![cond(SUCCEEDED, TRUE, "ClusterUpdatingSucceeded", "ok")],
+                        conditions: vec![cond(SUCCEEDED, TRUE, reason::CLUSTER_SUCCEEDED, "ok")],
                         ..Default::default()
                     },
                     ClusterUpdatingStatus {
@@ -524,8 +410,8 @@ mod tests {
                         conditions: vec![cond(
                             SUCCEEDED,
                             FALSE,
-                            "ClusterHealthTimeout",
-                            "not available within 5m",
+                            reason::CLUSTER_HEALTH_TIMEOUT,
+                            "cluster member-3 did not become available within 5m",
                         )],
                         ..Default::default()
                     },
@@ -533,9 +419,14 @@ mod tests {
                 after_stage_task_status: vec![AfterStageTaskStatus {
                     type_: AfterStageTaskType::Approval,
                     approval_request_name: Some("r1-canary".into()),
-                    conditions: vec![cond(APPROVAL_REQUEST_CREATED, TRUE, "Created", "")],
+                    conditions: vec![cond(
+                        APPROVAL_REQUEST_CREATED,
+                        TRUE,
+                        reason::APPROVAL_CREATED,
+                        "",
+                    )],
                 }],
-                conditions: vec![cond(PROGRESSING, FALSE, REASON_STAGE_WAITING, "waiting")],
+                conditions: vec![cond(PROGRESSING, FALSE, reason::STAGE_WAITING, "waiting")],
                 ..Default::default()
             }],
             ..Default::default()
@@ -561,7 +452,7 @@ mod tests {
         assert_eq!(view.stages[0].clusters[1].state.label, "Failed");
         assert_eq!(
             view.problems,
-            vec!["Cluster member-3 in stage canary failed: not available within 5m"]
+            vec!["cluster member-3 did not become available within 5m"]
         );
         match &view.stages[0].tasks[0] {
             TaskView::Approval {
@@ -609,49 +500,38 @@ mod tests {
         ended.status.as_mut().unwrap().conditions = vec![cond(
             SUCCEEDED,
             FALSE,
-            "UpdateRunSuperseded",
+            reason::SUPERSEDED,
             "superseded by r2",
         )];
         assert!(super::approvals(vec![ar], &[ended]).pending.is_empty());
     }
 
     #[test]
-    fn run_states_follow_the_conditions() {
+    fn every_run_phase_has_its_words_and_tone() {
         let mut run = waiting_run();
-        run.status.as_mut().unwrap().conditions = vec![cond(
-            PROGRESSING,
-            FALSE,
-            REASON_STOPPED,
-            "stopped by a person",
-        )];
+        let conditions = &mut run.status.as_mut().unwrap().conditions;
+        conditions[1] = cond(PROGRESSING, FALSE, reason::STOPPED, "stopped by a person");
         assert_eq!(run_state(&run).label, "Stopped");
         run.status.as_mut().unwrap().conditions = vec![cond(
             SUCCEEDED,
             FALSE,
-            "UpdateRunFailed",
+            reason::FAILED,
             "cluster member-3 failed",
         )];
         assert_eq!(run_state(&run).label, "Failed");
         assert_eq!(run_state(&run).tone, Tone::Bad);
+        run.status.as_mut().unwrap().conditions = vec![cond(
+            INITIALIZED,
+            FALSE,
+            reason::WAITING_FOR_PREVIOUS_RUN,
+            "waiting for UpdateRun r0",
+        )];
+        assert_eq!(run_state(&run).label, "Queued");
         run.status = None;
         assert_eq!(run_state(&run).label, "Pending");
-    }
-
-    #[test]
-    fn approver_is_read_from_the_condition_message() {
-        let some = |s: &str| Some(s.to_string());
         assert_eq!(
-            approver("approved by alice: lgtm: ship it"),
-            (some("alice"), some("lgtm: ship it"))
+            run_state(&run).message,
+            "the hub has not picked this run up yet"
         );
-        assert_eq!(
-            approver("approved by system:serviceaccount:fleethub-system:admin"),
-            (some("system:serviceaccount:fleethub-system:admin"), None)
-        );
-        assert_eq!(
-            approver("canary looks good"),
-            (None, some("canary looks good"))
-        );
-        assert_eq!(approver(""), (None, None));
     }
 }

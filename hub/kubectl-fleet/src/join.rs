@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fleethub_crds::conditions::is_true;
+use fleethub_crds::member_cluster::AGENT_SERVICE_ACCOUNT;
 use fleethub_crds::member_cluster::JOINED;
 use fleethub_crds::{MemberCluster, Work, names};
-use fleethub_hub::membership::AGENT_SERVICE_ACCOUNT;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};

@@ -1,76 +1,21 @@
 //! Turning UpdateRuns and ApprovalRequests into text for a terminal. Pure: objects and the time
-//! in, text out, so every view is unit-tested without an API server.
+//! in, text out, so every view is unit-tested without an API server. What a run's status means
+//! is read once, by the shared model (`fleethub_crds::run_progress`); this only words it.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use fleethub_crds::approval::APPROVED;
-use fleethub_crds::conditions::{find, is_true};
-use fleethub_crds::strategy::AfterStageTaskType;
-use fleethub_crds::update_run::{
-    AfterStageTaskStatus, ClusterUpdatingStatus, INITIALIZED, PROGRESSING, SUCCEEDED,
-    StageUpdatingStatus, UpdateRunState,
+use fleethub_crds::run_progress::{
+    Approval, ClusterPhase, ClusterProgress, RunPhase, RunProgress, StagePhase, StageProgress,
+    TaskProgress,
 };
+use fleethub_crds::update_run::DELETION_STAGE;
 use fleethub_crds::{ApprovalRequest, UpdateRun, duration};
-use fleethub_hub::update_run::plan::{
-    APPROVAL_REQUEST_APPROVED, APPROVAL_REQUEST_CREATED, CLUSTER_STARTED, DELETION_STAGE,
-    WAIT_TIME_ELAPSED, reason,
-};
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
-/// Where a run is, in one word a person reads at a glance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunState {
-    /// Not initialized yet.
-    Initializing,
-    /// Updating clusters.
-    Progressing,
-    /// `spec.state: Stop` was set; clusters already updating finish.
-    Stopping,
-    /// Stopped by `spec.state: Stop`.
-    Stopped,
-    /// Waiting on an after-stage task (a soak or an approval).
-    Waiting,
-    /// A cluster failed; nothing new starts until it recovers.
-    Blocked,
-    /// Every cluster runs the snapshot.
-    Succeeded,
-    /// The run failed for good (e.g. it could not initialize).
-    Failed,
-}
-
-impl RunState {
-    /// The word shown in tables.
-    pub fn label(self) -> &'static str {
-        match self {
-            RunState::Initializing => "Initializing",
-            RunState::Progressing => "Progressing",
-            RunState::Stopping => "Stopping",
-            RunState::Stopped => "Stopped",
-            RunState::Waiting => "Waiting",
-            RunState::Blocked => "Blocked",
-            RunState::Succeeded => "Succeeded",
-            RunState::Failed => "Failed",
-        }
-    }
-
-    /// Whether the run is over (it will not change by itself any more).
-    pub fn finished(self) -> bool {
-        matches!(self, RunState::Succeeded | RunState::Failed)
-    }
-
-    fn colour(self) -> &'static str {
-        match self {
-            RunState::Succeeded => GREEN,
-            RunState::Failed | RunState::Blocked => RED,
-            RunState::Waiting | RunState::Stopped | RunState::Stopping => YELLOW,
-            RunState::Initializing | RunState::Progressing => CYAN,
-        }
-    }
-}
+/// Where a run is: the shared model's phase.
+pub type RunState = RunPhase;
 
 const GREEN: &str = "\x1b[32m";
 const RED: &str = "\x1b[31m";
@@ -96,56 +41,23 @@ impl Style {
     }
 }
 
+fn run_colour(phase: RunPhase) -> &'static str {
+    match phase {
+        RunPhase::Succeeded => GREEN,
+        RunPhase::Failed | RunPhase::Blocked => RED,
+        RunPhase::Waiting | RunPhase::Stopped | RunPhase::Stopping | RunPhase::Queued => YELLOW,
+        RunPhase::Pending | RunPhase::Initializing | RunPhase::Progressing => CYAN,
+    }
+}
+
 /// The state of `run`, from its conditions and `spec.state`.
 pub fn run_state(run: &UpdateRun) -> RunState {
-    let Some(status) = run.status.as_ref() else {
-        return RunState::Initializing;
-    };
-    if let Some(c) = find(&status.conditions, SUCCEEDED) {
-        return if c.status == "True" {
-            RunState::Succeeded
-        } else {
-            RunState::Failed
-        };
-    }
-    if find(&status.conditions, INITIALIZED).is_none() {
-        return RunState::Initializing;
-    }
-    let stop = run.spec.state == Some(UpdateRunState::Stop);
-    match find(&status.conditions, PROGRESSING) {
-        Some(c) if c.reason == reason::STOPPED => RunState::Stopped,
-        Some(c) if c.reason == reason::CLUSTER_FAILED => RunState::Blocked,
-        Some(c) if c.reason == reason::WAITING => RunState::Waiting,
-        _ if stop => RunState::Stopping,
-        _ => RunState::Progressing,
-    }
+    RunPhase::of(run)
 }
 
-/// The run's overall message (its `Progressing` or final condition), if any.
-pub fn run_message(run: &UpdateRun) -> Option<&str> {
-    let status = run.status.as_ref()?;
-    find(&status.conditions, SUCCEEDED)
-        .or_else(|| find(&status.conditions, PROGRESSING))
-        .or_else(|| find(&status.conditions, INITIALIZED))
-        .map(|c| c.message.as_str())
-}
-
-/// Clusters done and clusters planned, over all stages (the deletion stage included).
-pub fn progress(run: &UpdateRun) -> (usize, usize) {
-    let Some(status) = run.status.as_ref() else {
-        return (0, 0);
-    };
-    let clusters = status
-        .stages_status
-        .iter()
-        .chain(status.deletion_stage_status.iter())
-        .flat_map(|s| s.clusters.iter());
-    clusters.fold((0, 0), |(done, all), c| {
-        (
-            done + usize::from(is_true(&c.conditions, SUCCEEDED)),
-            all + 1,
-        )
-    })
+/// The run's overall message (its final, `Progressing` or `Initialized` condition's), if any.
+pub fn run_message(run: &UpdateRun) -> Option<String> {
+    Some(RunProgress::new(run, &[]).message).filter(|m| !m.is_empty())
 }
 
 /// A short age like kubectl's: `45s`, `3m12s`, `17m`, `5h`, `3d`.
@@ -206,18 +118,14 @@ pub fn runs_table(runs: &[UpdateRun], now: Timestamp) -> String {
     let rows: Vec<Vec<String>> = runs
         .iter()
         .map(|r| {
-            let (done, all) = progress(r);
-            let stage = r
-                .status
-                .as_ref()
-                .and_then(|s| s.current_stage.as_deref())
-                .map(stage_label)
-                .unwrap_or("-");
+            let progress = RunProgress::new(r, &[]);
+            let (done, all) = progress.counts();
+            let stage = progress.current_stage.as_deref().map_or("-", stage_label);
             vec![
-                r.name_any(),
-                r.spec.placement_name.clone(),
-                r.spec.resource_snapshot_index.clone(),
-                run_state(r).label().to_string(),
+                progress.name.clone(),
+                progress.placement.clone(),
+                progress.index.clone(),
+                progress.phase.label().to_string(),
                 stage.to_string(),
                 if all == 0 {
                     "-".to_string()
@@ -252,10 +160,7 @@ fn stage_label(name: &str) -> &str {
 
 /// Whether the request has been approved by a person.
 pub fn is_approved(request: &ApprovalRequest) -> bool {
-    request
-        .status
-        .as_ref()
-        .is_some_and(|s| is_true(&s.conditions, APPROVED))
+    Approval::of(request).is_some()
 }
 
 /// `kubectl fleet approvals`: the requests, pending ones first.
@@ -268,13 +173,9 @@ pub fn approvals_table(requests: &[ApprovalRequest], now: Timestamp) -> String {
     let rows: Vec<Vec<String>> = requests
         .iter()
         .map(|r| {
-            let state = match r
-                .status
-                .as_ref()
-                .and_then(|s| find(&s.conditions, APPROVED))
-            {
-                Some(c) if c.status == "True" => c.message.clone(),
-                _ => format!("pending: kubectl fleet approve {}", r.name_any()),
+            let state = match Approval::of(r) {
+                Some(a) => a.message,
+                None => format!("pending: kubectl fleet approve {}", r.name_any()),
             };
             vec![
                 r.name_any(),
@@ -288,18 +189,18 @@ pub fn approvals_table(requests: &[ApprovalRequest], now: Timestamp) -> String {
     table(&["NAME", "RUN", "STAGE", "AGE", "APPROVAL"], &rows)
 }
 
-fn clock(t: &Time) -> String {
-    t.0.strftime("%H:%M:%SZ").to_string()
+fn clock(t: Timestamp) -> String {
+    t.strftime("%H:%M:%SZ").to_string()
 }
 
-fn span(from: Option<&Time>, to: Option<&Time>) -> String {
+fn span(from: Option<Timestamp>, to: Option<Timestamp>) -> String {
     match (from, to) {
         (Some(a), Some(b)) => format!(
             "{} → {} ({})",
             clock(a),
             clock(b),
             duration::format(Duration::from_secs(
-                b.0.as_second().saturating_sub(a.0.as_second()).max(0) as u64
+                b.as_second().saturating_sub(a.as_second()).max(0) as u64
             ))
         ),
         (Some(a), None) => format!("since {}", clock(a)),
@@ -307,36 +208,29 @@ fn span(from: Option<&Time>, to: Option<&Time>) -> String {
     }
 }
 
-/// A stage's state: Succeeded, Failed, Waiting, Updating or Pending.
-fn stage_state(stage: &StageUpdatingStatus) -> (&'static str, &'static str) {
-    if is_true(&stage.conditions, SUCCEEDED) {
-        return ("Succeeded", GREEN);
-    }
-    match find(&stage.conditions, PROGRESSING) {
-        Some(c) if c.reason == reason::STAGE_FAILED => ("Failed", RED),
-        Some(c) if c.reason == reason::STAGE_WAITING => ("Waiting", YELLOW),
-        _ if stage.start_time.is_some() => ("Updating", CYAN),
-        _ => ("Pending", ""),
+fn stage_state(stage: &StageProgress) -> (&'static str, &'static str) {
+    match stage.phase {
+        StagePhase::Succeeded => ("Succeeded", GREEN),
+        StagePhase::Failed => ("Failed", RED),
+        StagePhase::Waiting => ("Waiting", YELLOW),
+        StagePhase::Updating => ("Updating", CYAN),
+        StagePhase::NotStarted => ("Pending", ""),
     }
 }
 
-fn cluster_line(c: &ClusterUpdatingStatus, deletion: bool, style: Style) -> String {
-    let (state, colour, detail) = match find(&c.conditions, SUCCEEDED) {
-        Some(s) if s.status == "True" => {
-            (if deletion { "Removed" } else { "Succeeded" }, GREEN, None)
-        }
-        Some(s) => ("Failed", RED, Some(format!("{} ({})", s.message, s.reason))),
-        None if find(&c.conditions, CLUSTER_STARTED).is_some() => {
-            (if deletion { "Removing" } else { "Updating" }, CYAN, None)
-        }
-        None => ("Pending", "", None),
+fn cluster_line(c: &ClusterProgress, deletion: bool, style: Style) -> String {
+    let (state, colour, detail) = match c.phase {
+        ClusterPhase::Succeeded => (if deletion { "Removed" } else { "Succeeded" }, GREEN, None),
+        ClusterPhase::Failed => ("Failed", RED, Some(format!("{} ({})", c.message, c.reason))),
+        ClusterPhase::Updating => (if deletion { "Removing" } else { "Updating" }, CYAN, None),
+        ClusterPhase::Pending => ("Pending", "", None),
     };
     let mut line = format!(
         "    {:<24} {}",
-        c.cluster_name,
+        c.name,
         style.paint(colour, &format!("{state:<10}"))
     );
-    let times = span(c.start_time.as_ref(), c.end_time.as_ref());
+    let times = span(c.started, c.ended);
     if !times.is_empty() {
         let _ = write!(line, " {times}");
     }
@@ -347,76 +241,72 @@ fn cluster_line(c: &ClusterUpdatingStatus, deletion: bool, style: Style) -> Stri
     line
 }
 
-fn task_line(
-    task: &AfterStageTaskStatus,
-    stage: &StageUpdatingStatus,
-    wait: Option<Duration>,
-    approvals: &BTreeMap<String, ApprovalRequest>,
-    now: Timestamp,
-    style: Style,
-) -> String {
-    match task.type_ {
-        AfterStageTaskType::TimedWait => {
+fn task_line(task: &TaskProgress, now: Timestamp, style: Style) -> String {
+    match task {
+        TaskProgress::TimedWait {
+            wait,
+            until,
+            elapsed_at,
+            ..
+        } => {
             let what = format!(
                 "TimedWait {}",
                 wait.map_or("?".to_string(), duration::format)
             );
-            if let Some(c) =
-                find(&task.conditions, WAIT_TIME_ELAPSED).filter(|c| c.status == "True")
-            {
+            if let Some(at) = elapsed_at {
                 return format!(
                     "    after: {what}: {} at {}",
                     style.paint(GREEN, "elapsed"),
-                    clock(&c.last_transition_time)
+                    clock(*at)
                 );
             }
-            match (stage.clusters_completed_time.as_ref(), wait) {
-                (Some(done), Some(wait)) => {
-                    let until = done.0.checked_add(wait).unwrap_or(done.0);
+            match until {
+                Some(until) => {
                     let left = until.as_second().saturating_sub(now.as_second()).max(0) as u64;
                     format!(
                         "    after: {what}: {} {} left (until {})",
                         style.paint(YELLOW, "soaking,"),
                         duration::format(Duration::from_secs(left)),
-                        clock(&Time(until))
+                        clock(*until)
                     )
                 }
-                _ => format!("    after: {what}: not reached yet"),
+                None => format!("    after: {what}: not reached yet"),
             }
         }
-        AfterStageTaskType::Approval => {
-            let name = task.approval_request_name.clone().unwrap_or_default();
-            let request = approvals.get(&name);
-            let approved = request
-                .and_then(|r| r.status.as_ref())
-                .and_then(|s| find(&s.conditions, APPROVED))
-                .filter(|c| c.status == "True");
-            if let Some(c) = approved {
-                let accepted = if is_true(&task.conditions, APPROVAL_REQUEST_APPROVED) {
+        TaskProgress::Approval {
+            request,
+            requested_at,
+            approval,
+            recorded,
+            ..
+        } => {
+            let name = request.clone().unwrap_or_default();
+            if let Some(a) = approval {
+                let accepted = if *recorded {
                     ""
                 } else {
                     " (the run has not taken it into account yet)"
                 };
                 return format!(
                     "    after: Approval {name}: {} at {}{accepted}",
-                    style.paint(GREEN, &c.message),
-                    clock(&c.last_transition_time)
+                    style.paint(GREEN, &a.message),
+                    clock(a.at)
                 );
             }
-            if is_true(&task.conditions, APPROVAL_REQUEST_APPROVED) {
+            if *recorded {
                 return format!(
                     "    after: Approval {name}: {}",
                     style.paint(GREEN, "approved")
                 );
             }
-            match find(&task.conditions, APPROVAL_REQUEST_CREATED) {
-                Some(c) if c.status == "True" => format!(
+            match requested_at {
+                Some(at) => format!(
                     "    after: Approval {name}: {} since {} ({})\n      approve with: kubectl fleet approve {name}",
                     style.paint(YELLOW, "waiting for approval"),
-                    clock(&c.last_transition_time),
-                    age(c.last_transition_time.0, now)
+                    clock(*at),
+                    age(*at, now)
                 ),
-                _ => format!("    after: Approval {name}: not reached yet"),
+                None => format!("    after: Approval {name}: not reached yet"),
             }
         }
     }
@@ -424,63 +314,55 @@ fn task_line(
 
 /// `kubectl fleet run <name>`: the run's stages in order, each stage's clusters in order with
 /// their state and times, the after-stage tasks, and why anything failed. `approvals` are the
-/// run's ApprovalRequests by name.
+/// run's ApprovalRequests.
 pub fn run_detail(
     run: &UpdateRun,
-    approvals: &BTreeMap<String, ApprovalRequest>,
+    approvals: &[ApprovalRequest],
     now: Timestamp,
     style: Style,
 ) -> String {
     let mut out = String::new();
-    let state = run_state(run);
+    let p = RunProgress::new(run, approvals);
     let _ = writeln!(
         out,
         "{} {}   {}",
         style.paint(BOLD, "UpdateRun"),
-        style.paint(BOLD, &run.name_any()),
-        style.paint(state.colour(), state.label())
+        style.paint(BOLD, &p.name),
+        style.paint(run_colour(p.phase), p.phase.label())
     );
     let _ = writeln!(
         out,
         "  placement {}, resource snapshot {}, strategy {}",
-        run.spec.placement_name,
-        run.spec.resource_snapshot_index,
-        run.spec.staged_rollout_strategy_name
+        p.placement, p.index, p.strategy
     );
-    if run.spec.state == Some(UpdateRunState::Stop) && !state.finished() {
+    if p.stop_requested && !p.phase.finished() {
         let _ = writeln!(
             out,
             "  spec.state is Stop: resume with: kubectl fleet resume {}",
-            run.name_any()
+            p.name
         );
     }
-    let status = run.status.clone().unwrap_or_default();
-    match (status.start_time.as_ref(), status.end_time.as_ref()) {
+    match (p.started, p.ended) {
         (Some(s), Some(e)) => {
             let _ = writeln!(out, "  ran {}", span(Some(s), Some(e)));
         }
         (Some(s), None) => {
-            let _ = writeln!(out, "  started {} ({} ago)", s.0, age(s.0, now));
+            let _ = writeln!(out, "  started {s} ({} ago)", age(s, now));
         }
         _ => {}
     }
-    if let Some(m) = run_message(run) {
-        let _ = writeln!(out, "  {m}");
+    if !p.message.is_empty() {
+        let _ = writeln!(out, "  {}", p.message);
     }
-    let (done, all) = progress(run);
+    let (done, all) = p.counts();
     if all > 0 {
         let _ = writeln!(out, "  {done}/{all} clusters done");
     }
-    let strategy = status
-        .staged_update_strategy_snapshot
-        .clone()
-        .unwrap_or_default();
-    let count = status.stages_status.len();
-    for (i, stage) in status.stages_status.iter().enumerate() {
+    let count = p.stages.len();
+    for (i, stage) in p.stages.iter().enumerate() {
         let (word, colour) = stage_state(stage);
-        let times = span(stage.start_time.as_ref(), stage.end_time.as_ref());
-        let current =
-            status.current_stage.as_deref() == Some(stage.stage_name.as_str()) && !state.finished();
+        let times = span(stage.started, stage.ended);
+        let current = p.current_stage.as_deref() == Some(stage.name.as_str());
         let _ = writeln!(
             out,
             "\n{}",
@@ -488,7 +370,7 @@ pub fn run_detail(
                 "{}stage {}/{count} {}   {}  {}",
                 if current { "▶ " } else { "  " },
                 i + 1,
-                style.paint(BOLD, &stage.stage_name),
+                style.paint(BOLD, &stage.name),
                 style.paint(colour, word),
                 times
             )
@@ -500,21 +382,11 @@ pub fn run_detail(
         for c in &stage.clusters {
             let _ = writeln!(out, "{}", cluster_line(c, false, style));
         }
-        let waits = strategy.stages.get(i).map(|cfg| {
-            cfg.after_stage_tasks
-                .iter()
-                .filter(|t| t.type_ == AfterStageTaskType::TimedWait)
-                .find_map(|t| duration::parse(t.wait_time.as_deref()?).ok())
-        });
-        for task in &stage.after_stage_task_status {
-            let _ = writeln!(
-                out,
-                "{}",
-                task_line(task, stage, waits.flatten(), approvals, now, style)
-            );
+        for task in &stage.tasks {
+            let _ = writeln!(out, "{}", task_line(task, now, style));
         }
     }
-    if let Some(del) = status.deletion_stage_status.as_ref() {
+    if let Some(del) = p.deletion.as_ref() {
         let (word, colour) = stage_state(del);
         if del.clusters.is_empty() {
             let _ = writeln!(

@@ -1,6 +1,8 @@
 use super::*;
 use fleethub_crds::approval::ApprovalRequestSpec;
+use fleethub_crds::update_run::{DELETION_STAGE, UpdateRunState, reason};
 use fleethub_crds::update_run::{UpdateRunSpec, UpdateRunStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
 fn t(s: &str) -> Timestamp {
@@ -94,7 +96,7 @@ fn states_follow_the_conditions() {
     assert_eq!(run_state(&run), RunState::Failed);
     assert!(run_state(&run).finished());
     run.status = None;
-    assert_eq!(run_state(&run), RunState::Initializing);
+    assert_eq!(run_state(&run), RunState::Pending);
 }
 
 #[test]
@@ -125,7 +127,7 @@ fn runs_table_has_one_row_per_run_with_progress() {
 
 #[test]
 fn run_detail_shows_stages_clusters_and_gates_in_order() {
-    let text = run_detail(&waiting_run(), &BTreeMap::new(), t(NOW), plain());
+    let text = run_detail(&waiting_run(), &[], t(NOW), plain());
     assert!(
         !text.contains('\x1b'),
         "no colour codes when not a terminal:\n{text}"
@@ -171,7 +173,7 @@ fn run_detail_shows_stages_clusters_and_gates_in_order() {
 #[test]
 fn an_approved_gate_names_who_approved_and_when() {
     let mut run = waiting_run();
-    let mut approvals = BTreeMap::new();
+    let mut approvals = Vec::new();
     let mut request = ApprovalRequest::new(
         "r1-canary",
         ApprovalRequestSpec {
@@ -185,7 +187,7 @@ fn an_approved_gate_names_who_approved_and_when() {
         t("2026-11-22T08:02:00Z"),
     );
     request.status = Some(serde_json::from_value(patch["status"].clone()).unwrap());
-    approvals.insert("r1-canary".to_string(), request);
+    approvals.push(request);
     let text = run_detail(&run, &approvals, t(NOW), plain());
     assert!(
         text.contains("Approval r1-canary: approved by alice: canary is fine at 08:02:00Z (the run has not taken it into account yet)"),
@@ -214,7 +216,7 @@ fn a_soak_in_progress_shows_the_time_left() {
     stage.after_stage_task_status[0].conditions.clear();
     stage.conditions.clear();
     stage.end_time = None;
-    let text = run_detail(&run, &BTreeMap::new(), t("2026-11-22T08:00:10Z"), plain());
+    let text = run_detail(&run, &[], t("2026-11-22T08:00:10Z"), plain());
     assert!(
         text.contains("after: TimedWait 15s: soaking, 9s left (until 08:00:19Z)"),
         "{text}"
@@ -238,7 +240,7 @@ fn a_failed_cluster_says_why() {
         ))
         .unwrap(),
     ];
-    let text = run_detail(&run, &BTreeMap::new(), t(NOW), plain());
+    let text = run_detail(&run, &[], t(NOW), plain());
     assert!(
         text.contains("member-3                 Failed     since 08:01:00Z"),
         "{text}"
@@ -251,12 +253,7 @@ fn a_failed_cluster_says_why() {
 
 #[test]
 fn colours_only_when_asked() {
-    let text = run_detail(
-        &waiting_run(),
-        &BTreeMap::new(),
-        t(NOW),
-        Style { color: true },
-    );
+    let text = run_detail(&waiting_run(), &[], t(NOW), Style { color: true });
     assert!(text.contains("\x1b[33mWaiting\x1b[0m"), "{text}");
 }
 

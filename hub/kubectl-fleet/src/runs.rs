@@ -74,7 +74,8 @@ pub async fn run(hub: &Cluster, name: &str, watch: bool) -> Result<()> {
     let mut approvals = run_approvals(&hub.client, name).await?;
     let mut last = String::new();
     let mut show = |run: &UpdateRun, approvals: &BTreeMap<String, ApprovalRequest>| {
-        let text = render::run_detail(run, approvals, jiff::Timestamp::now(), style);
+        let approvals: Vec<ApprovalRequest> = approvals.values().cloned().collect();
+        let text = render::run_detail(run, &approvals, jiff::Timestamp::now(), style);
         if text == last {
             return;
         }
@@ -157,7 +158,7 @@ pub async fn run(hub: &Cluster, name: &str, watch: bool) -> Result<()> {
     match render::run_state(&run) {
         RunState::Failed => Err(Error::Refused(format!(
             "UpdateRun {name} failed: {}",
-            render::run_message(&run).unwrap_or("see above")
+            render::run_message(&run).as_deref().unwrap_or("see above")
         ))),
         _ => Ok(()),
     }

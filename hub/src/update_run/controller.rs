@@ -1,37 +1,45 @@
-//! The UpdateRun controller: gathers what the planner needs, performs the plan's writes, and
-//! records the status. Triggered by changes of runs, Works, Bindings and ApprovalRequests
-//! (watches, not polling); requeued only for timers.
+//! The UpdateRun controller. Each reconcile reads top to bottom: observe (the run, its caches,
+//! and before initialization its strategy, placement and snapshot) → plan (the pure planner) →
+//! act (the plan's writes) → report (the status, events and metrics). Triggered by changes of
+//! runs, Works, Bindings and ApprovalRequests (watches, not polling); requeued only for timers.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleethub_crds::approval::{APPROVAL_ACCEPTED, APPROVED, ApprovalRequestSpec};
+use fleethub_crds::apply::StatusApply;
+use fleethub_crds::approval::{self, ApprovalRequestSpec, ApprovalRequestStatus};
+use fleethub_crds::binding::{BindingSpec, BindingState};
 use fleethub_crds::conditions::{TRUE, find, is_true};
-use fleethub_crds::update_run::{INITIALIZED, PROGRESSING, SUCCEEDED};
+use fleethub_crds::member_cluster::HEALTHY;
+use fleethub_crds::run_progress::RunPhase;
+use fleethub_crds::update_run::{FIELD_MANAGER, SUCCEEDED, reason};
 use fleethub_crds::{
     ApprovalRequest, Binding, MemberCluster, Placement, ResourceSnapshot, StagedUpdateStrategy,
     UpdateRun, Work, names,
 };
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::plan::{self, Action, ApprovalView, BindingView, Observed, WorkView};
+use super::plan::{self, Action, ApprovalView, BindingView, Observed, Plan, SiblingRun, WorkView};
 use crate::Error;
 use crate::clock::Clock;
 use crate::error::{EXISTS, GONE, ok_if};
 use crate::metrics::{Metrics, RunState, RunStateLabels};
 use fleethub_runtime::CACHE_WAIT;
 
-/// Field manager of every write this controller makes.
-pub const FIELD_MANAGER: &str = "fleethub/update-run";
+/// Events waiting to be published; beyond this, new ones are dropped (and logged): the run's
+/// status, not its events, is the record.
+const EVENT_BACKLOG: usize = 10_000;
+/// Binding writes of one plan made at once (a stage starting many clusters together).
+const BIND_CONCURRENCY: usize = 16;
 
 /// What the reconciler shares.
 pub struct Context {
@@ -40,7 +48,7 @@ pub struct Context {
     clock: Arc<dyn Clock>,
     /// Events go to a publisher task: a reconcile must not wait for one API call per event
     /// (a stage of 50 clusters makes 100 of them) before the run can move again.
-    events: tokio::sync::mpsc::Sender<(Event, k8s_openapi::api::core::v1::ObjectReference)>,
+    events: tokio::sync::mpsc::Sender<(Event, ObjectReference)>,
     runs: Store<UpdateRun>,
     works: Store<Work>,
     bindings: Store<Binding>,
@@ -50,7 +58,7 @@ pub struct Context {
     /// runs holds exactly that version, the reconcile plans on the cache instead of reading the
     /// run again (at 1,000 clusters a run is half a megabyte). A freshness hint, never a
     /// decision: a run read from a stale cache is refused by the status write's
-    /// resourceVersion precondition.
+    /// resourceVersion precondition. Entries of runs that are gone are dropped.
     written: std::sync::Mutex<BTreeMap<String, String>>,
 }
 
@@ -66,17 +74,47 @@ impl Context {
         Ok(runs.get_opt(&name).await?.map(Arc::new))
     }
 
+    fn written(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
+        self.written.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn written_version(&self, run: &str) -> Option<String> {
-        let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
-        written.get(run).cloned()
+        self.written().get(run).cloned()
     }
 
     fn remember_written(&self, run: &str, version: Option<String>) {
-        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        let mut written = self.written();
         match version {
             Some(v) => written.insert(run.to_string(), v),
             None => written.remove(run),
         };
+    }
+
+    /// Forgets the writes of runs no longer in the cache (deleted, even mid-rollout).
+    fn forget_deleted_runs(&self) {
+        let mut written = self.written();
+        if written.is_empty() {
+            return;
+        }
+        let live: std::collections::BTreeSet<String> =
+            self.runs.state().iter().map(|r| r.name_any()).collect();
+        written.retain(|name, _| live.contains(name));
+    }
+
+    /// Whether every cache is complete, waiting for them together at most [`CACHE_WAIT`]:
+    /// right after a (re)start or a change of leader, a run initialized on a cache still being
+    /// filled would see clusters (or an earlier run) missing.
+    async fn caches_ready(&self) -> bool {
+        let caches = async {
+            tokio::try_join!(
+                self.runs.wait_until_ready(),
+                self.members.wait_until_ready(),
+                self.bindings.wait_until_ready(),
+                self.works.wait_until_ready(),
+                self.approvals.wait_until_ready()
+            )
+        };
+        fleethub_runtime::ready_within(CACHE_WAIT, caches).await
     }
 }
 
@@ -126,11 +164,8 @@ pub async fn run(
     let for_work = by_placement(runs.clone());
     let for_binding = by_placement(runs.clone());
     let for_run = by_placement(runs.clone());
-    let runs_for_gauge = runs.clone();
-    let (events, mut to_publish) = tokio::sync::mpsc::channel::<(
-        Event,
-        k8s_openapi::api::core::v1::ObjectReference,
-    )>(EVENT_BACKLOG);
+    let (events, mut to_publish) =
+        tokio::sync::mpsc::channel::<(Event, ObjectReference)>(EVENT_BACKLOG);
     let recorder = Recorder::new(client.clone(), Reporter::from("fleethub-hub"));
     // One publisher, so a run's events keep their order.
     let publisher = tokio::spawn(async move {
@@ -152,6 +187,7 @@ pub async fn run(
         members,
         written: Default::default(),
     });
+    let after_each = ctx.clone();
 
     // MemberClusters are only read (at initialization); keep their store current.
     let members_task = tokio::spawn(member_stream.for_each(|_| async {}));
@@ -174,7 +210,8 @@ pub async fn run(
         )
         .for_each(move |res| {
             metrics.observe("update-run", &res);
-            count_runs(&metrics, &runs_for_gauge);
+            count_runs(&metrics, &after_each.runs);
+            after_each.forget_deleted_runs();
             if let Err(e) = res {
                 tracing::debug!(error = %e, "update-run reconcile error");
             }
@@ -185,30 +222,16 @@ pub async fn run(
     publisher.abort();
 }
 
-/// Events waiting to be published; beyond this, new ones are dropped (and logged): the run's
-/// status, not its events, is the record.
-const EVENT_BACKLOG: usize = 10_000;
-/// Binding writes of one plan made at once (a stage starting many clusters together).
-const BIND_CONCURRENCY: usize = 16;
-
 /// Where a run is, for the runs-by-state gauge.
 fn state_of(run: &UpdateRun) -> RunState {
-    let conds = run
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
-    match (find(conds, SUCCEEDED), find(conds, PROGRESSING)) {
-        (Some(c), _) if c.status == TRUE => RunState::Succeeded,
-        (Some(_), _) => RunState::Failed,
-        (None, None) => RunState::Pending,
-        (None, Some(p)) => match p.reason.as_str() {
-            plan::reason::WAITING => RunState::Waiting,
-            plan::reason::STOPPED => RunState::Stopped,
-            plan::reason::CLUSTER_FAILED => RunState::Blocked,
-            plan::reason::WAITING_FOR_PREVIOUS_RUN => RunState::Pending,
-            _ => RunState::Progressing,
-        },
+    match RunPhase::of(run) {
+        RunPhase::Pending | RunPhase::Queued | RunPhase::Initializing => RunState::Pending,
+        RunPhase::Progressing | RunPhase::Stopping => RunState::Progressing,
+        RunPhase::Waiting => RunState::Waiting,
+        RunPhase::Stopped => RunState::Stopped,
+        RunPhase::Blocked => RunState::Blocked,
+        RunPhase::Succeeded => RunState::Succeeded,
+        RunPhase::Failed => RunState::Failed,
     }
 }
 
@@ -230,20 +253,6 @@ fn finished(run: &UpdateRun) -> bool {
         .is_some_and(|s| find(&s.conditions, SUCCEEDED).is_some())
 }
 
-/// The run passed validation and waits for an earlier run of its placement to end.
-fn waiting_for_previous(run: &UpdateRun) -> bool {
-    run.status.as_ref().is_some_and(|s| {
-        find(&s.conditions, INITIALIZED)
-            .is_some_and(|c| c.reason == plan::reason::WAITING_FOR_PREVIOUS_RUN)
-    })
-}
-
-fn initialized(run: &UpdateRun) -> bool {
-    run.status
-        .as_ref()
-        .is_some_and(|s| is_true(&s.conditions, INITIALIZED))
-}
-
 fn error_policy(run: Arc<UpdateRun>, error: &Error, _ctx: Arc<Context>) -> Requeue {
     tracing::warn!(run = %run.name_any(), error = %error, "reconciling UpdateRun failed; retrying");
     Requeue::requeue(Duration::from_secs(if error.is_conflict() { 1 } else { 5 }))
@@ -252,7 +261,6 @@ fn error_policy(run: Arc<UpdateRun>, error: &Error, _ctx: Arc<Context>) -> Reque
 #[tracing::instrument(skip_all, fields(run = %cached.name_any()))]
 async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let name = cached.name_any();
-    let runs: Api<UpdateRun> = Api::all(ctx.client.clone());
     // Plan on the freshest run: the cache may lag our own last status write.
     let Some(run) = ctx.freshest(cached).await? else {
         ctx.remember_written(&name, None);
@@ -262,244 +270,161 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
         ctx.remember_written(&name, None);
         return Ok(Requeue::await_change());
     }
-    // Plan only on complete caches: right after a (re)start or a change of leader, a run
-    // initialized on a cache still being filled would see clusters (or an earlier run) missing.
-    let caches = async {
-        tokio::try_join!(
-            ctx.runs.wait_until_ready(),
-            ctx.members.wait_until_ready(),
-            ctx.bindings.wait_until_ready(),
-            ctx.works.wait_until_ready(),
-            ctx.approvals.wait_until_ready()
-        )
-    };
-    if !fleethub_runtime::ready_within(CACHE_WAIT, caches).await {
+    if !ctx.caches_ready().await {
         tracing::info!("caches still listing after {CACHE_WAIT:?}; retrying");
         return Ok(Requeue::requeue(CACHE_WAIT));
     }
-    let placement_name = run.spec.placement_name.clone();
+    let lookups = look_up(&ctx, &run).await?;
+    let plan = plan::plan(&observe(&ctx, &run, &lookups));
+    act(&ctx, &run, &plan.actions).await?;
+    report(&ctx, &run, &plan).await
+}
 
-    let (strategy, placement, snapshot_exists) = if initialized(&run) {
-        (None, None, true)
-    } else {
-        let strategies: Api<StagedUpdateStrategy> = Api::all(ctx.client.clone());
-        let placements: Api<Placement> = Api::all(ctx.client.clone());
-        let snapshots: Api<ResourceSnapshot> = Api::all(ctx.client.clone());
-        let index: u64 = run.spec.resource_snapshot_index.parse().unwrap_or(u64::MAX);
-        (
-            strategies
-                .get_opt(&run.spec.staged_rollout_strategy_name)
-                .await?,
-            placements.get_opt(&placement_name).await?,
-            snapshots
-                .get_opt(&names::resource_snapshot_name(&placement_name, index))
-                .await?
-                .is_some_and(|s| s.spec.placement_name == placement_name),
-        )
-    };
+/// What a run reads from the API server only until it is initialized (afterwards its status
+/// holds the frozen copy).
+struct Lookups {
+    strategy: Option<StagedUpdateStrategy>,
+    placement: Option<Placement>,
+    snapshot_exists: bool,
+}
 
-    let cluster_labels: BTreeMap<String, BTreeMap<String, String>> = ctx
-        .members
-        .state()
-        .iter()
-        .map(|m| (m.name_any(), m.labels().clone()))
-        .collect();
-    let unhealthy_members: BTreeMap<String, String> = ctx
-        .members
-        .state()
-        .iter()
-        .filter_map(|m| {
-            let healthy = find(&m.status.as_ref()?.conditions, "Healthy")?;
-            (healthy.status != TRUE).then(|| (m.name_any(), healthy.message.clone()))
-        })
-        .collect();
-    let bindings: Vec<BindingView> = ctx
-        .bindings
-        .state()
-        .iter()
-        .filter(|b| {
-            b.spec.placement_name == placement_name && b.metadata.deletion_timestamp.is_none()
-        })
-        .map(|b| BindingView {
-            cluster: b.spec.target_cluster.clone(),
-            state: b.spec.state,
-            resource_snapshot_index: b.spec.resource_snapshot_index,
-            update_run_name: b.spec.update_run_name.clone(),
-            health_timeout: b.spec.health_timeout.clone(),
-        })
-        .collect();
-    let works: BTreeMap<String, WorkView> = ctx
-        .works
-        .state()
-        .iter()
-        .filter(|w| w.spec.placement_name == placement_name)
-        .filter_map(|w| {
-            let cluster = names::cluster_of_namespace(w.metadata.namespace.as_deref()?)?;
-            Some((cluster.to_string(), WorkView::from_work(w)))
-        })
-        .collect();
-    let approvals: BTreeMap<String, ApprovalView> = ctx
-        .approvals
-        .state()
-        .iter()
-        .filter(|a| a.spec.parent_stage_rollout == name)
-        .map(|a| {
-            let conds = a
-                .status
-                .as_ref()
-                .map(|s| s.conditions.as_slice())
-                .unwrap_or_default();
-            (
-                a.name_any(),
-                ApprovalView {
-                    approved: is_true(conds, APPROVED),
-                    accepted: is_true(conds, APPROVAL_ACCEPTED),
-                },
-            )
-        })
-        .collect();
-    let created = |r: &UpdateRun| {
-        (
-            r.metadata.creation_timestamp.clone().map(|t| t.0),
-            r.name_any(),
-        )
-    };
-    let siblings: Vec<Arc<UpdateRun>> = ctx
-        .runs
-        .state()
-        .into_iter()
-        .filter(|r| r.spec.placement_name == placement_name && r.name_any() != name)
-        .filter(|r| !finished(r) && r.metadata.deletion_timestamp.is_none())
-        .collect();
-    let earlier_runs: Vec<String> = siblings
-        .iter()
-        .filter(|r| created(r) < created(&run))
-        .map(|r| r.name_any())
-        .collect();
-    // A later run supersedes this one only once it has passed validation, so a run that can
-    // never start does not stop one that is rolling out.
-    let later_runs: Vec<String> = siblings
-        .iter()
-        .filter(|r| created(r) > created(&run) && (initialized(r) || waiting_for_previous(r)))
-        .map(|r| r.name_any())
-        .collect();
-
-    let observed = Observed {
-        run: &run,
-        strategy: strategy.as_ref().map(|s| &s.spec),
-        placement: placement.as_ref(),
-        snapshot_exists,
-        cluster_labels,
-        unhealthy_members,
-        bindings,
-        works,
-        approvals,
-        earlier_runs,
-        later_runs,
-        now: ctx.clock.now(),
-    };
-    let plan = plan::plan(&observed);
-
-    // Clusters a plan starts together are bound together; everything else in plan order.
-    let mut actions = plan.actions.iter().peekable();
-    while let Some(action) = actions.next() {
-        if matches!(action, Action::Bind { .. }) {
-            let mut binds = vec![action];
-            while let Some(next) = actions.next_if(|a| matches!(a, Action::Bind { .. })) {
-                binds.push(next);
-            }
-            for chunk in binds.chunks(BIND_CONCURRENCY) {
-                let writes = chunk.iter().map(|a| perform(&ctx, &run, a));
-                futures::future::join_all(writes)
-                    .await
-                    .into_iter()
-                    .collect::<Result<Vec<()>, Error>>()?;
-            }
-        } else {
-            perform(&ctx, &run, action).await?;
-        }
-    }
-    if Some(&plan.status) != run.status.as_ref() {
-        // Optimistic concurrency: the resourceVersion makes a write from a stale view fail.
-        let patch = json!({
-            "apiVersion": "fleethub.dev/v1alpha1",
-            "kind": "UpdateRun",
-            "metadata": {"name": name, "resourceVersion": run.metadata.resource_version},
-            "status": plan.status,
+async fn look_up(ctx: &Context, run: &UpdateRun) -> Result<Lookups, Error> {
+    let initialized = run
+        .status
+        .as_ref()
+        .is_some_and(|s| is_true(&s.conditions, fleethub_crds::update_run::INITIALIZED));
+    if initialized {
+        return Ok(Lookups {
+            strategy: None,
+            placement: None,
+            snapshot_exists: true,
         });
-        let written = runs
-            .patch_status(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await;
-        match written {
-            Ok(w) => ctx.remember_written(&name, w.metadata.resource_version),
-            Err(e) => {
-                ctx.remember_written(&name, None);
-                return Err(e.into());
-            }
-        }
     }
-    for e in &plan.events {
-        let event = Event {
-            type_: if e.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: e.reason.to_string(),
-            note: Some(e.message.clone()),
-            action: "Reconcile".to_string(),
-            secondary: None,
-        };
-        if let Err(err) = ctx.events.try_send((event, run.object_ref(&()))) {
-            tracing::debug!(error = %err, "event backlog full; event dropped");
+    let placement_name = &run.spec.placement_name;
+    let strategies: Api<StagedUpdateStrategy> = Api::all(ctx.client.clone());
+    let placements: Api<Placement> = Api::all(ctx.client.clone());
+    let snapshots: Api<ResourceSnapshot> = Api::all(ctx.client.clone());
+    let snapshot_exists = match run.spec.snapshot_index() {
+        Ok(index) => {
+            let snapshot = names::resource_snapshot_name(placement_name, index.max(0) as u64);
+            snapshots
+                .get_opt(&snapshot)
+                .await?
+                .is_some_and(|s| &s.spec.placement_name == placement_name)
         }
-        tracing::info!(reason = e.reason, "{}", e.message);
-        if let Some(seconds) = e.seconds {
-            let histogram = match e.reason {
-                plan::reason::CLUSTER_SUCCEEDED => &ctx.metrics.cluster_update_seconds,
-                plan::reason::STAGE_SUCCEEDED => &ctx.metrics.stage_seconds,
-                plan::reason::APPROVAL_APPROVED => &ctx.metrics.approval_wait_seconds,
-                _ => continue,
-            };
-            histogram.observe(seconds.max(0) as f64);
-        }
-    }
-    Ok(match plan.requeue_after {
-        Some(after) => Requeue::requeue(after),
-        None => Requeue::await_change(),
+        Err(_) => false, // the planner refuses the index itself
+    };
+    Ok(Lookups {
+        strategy: strategies
+            .get_opt(&run.spec.staged_rollout_strategy_name)
+            .await?,
+        placement: placements.get_opt(placement_name).await?,
+        snapshot_exists,
     })
+}
+
+/// Everything the planner looks at, from the lookups and the caches.
+fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookups) -> Observed<'a> {
+    let placement = &run.spec.placement_name;
+    let name = run.name_any();
+    let members = ctx.members.state();
+    Observed {
+        run,
+        strategy: lookups.strategy.as_ref().map(|s| &s.spec),
+        placement: lookups.placement.as_ref(),
+        snapshot_exists: lookups.snapshot_exists,
+        cluster_labels: members
+            .iter()
+            .map(|m| (m.name_any(), m.labels().clone()))
+            .collect(),
+        unhealthy_members: members
+            .iter()
+            .filter_map(|m| {
+                let healthy = find(&m.status.as_ref()?.conditions, HEALTHY)?;
+                (healthy.status != TRUE).then(|| (m.name_any(), healthy.message.clone()))
+            })
+            .collect(),
+        bindings: ctx
+            .bindings
+            .state()
+            .iter()
+            .filter(|b| {
+                &b.spec.placement_name == placement && b.metadata.deletion_timestamp.is_none()
+            })
+            .map(|b| BindingView::from_binding(b))
+            .collect(),
+        works: ctx
+            .works
+            .state()
+            .iter()
+            .filter(|w| &w.spec.placement_name == placement)
+            .filter_map(|w| {
+                let cluster = names::cluster_of_namespace(w.metadata.namespace.as_deref()?)?;
+                Some((cluster.to_string(), WorkView::from_work(w)))
+            })
+            .collect(),
+        approvals: ctx
+            .approvals
+            .state()
+            .iter()
+            .filter(|a| a.spec.parent_stage_rollout == name)
+            .map(|a| (a.name_any(), ApprovalView::from_request(a)))
+            .collect(),
+        siblings: ctx
+            .runs
+            .state()
+            .iter()
+            .filter(|r| &r.spec.placement_name == placement)
+            .map(|r| SiblingRun::of(r))
+            .collect(),
+        now: ctx.clock.now(),
+    }
+}
+
+/// Performs the plan's writes in order; clusters a plan starts together are bound together.
+async fn act(ctx: &Context, run: &UpdateRun, actions: &[Action]) -> Result<(), Error> {
+    let mut actions = actions.iter().peekable();
+    while let Some(action) = actions.next() {
+        if !matches!(action, Action::Bind { .. }) {
+            perform(ctx, run, action).await?;
+            continue;
+        }
+        let mut binds = vec![action];
+        while let Some(next) = actions.next_if(|a| matches!(a, Action::Bind { .. })) {
+            binds.push(next);
+        }
+        for chunk in binds.chunks(BIND_CONCURRENCY) {
+            let writes = chunk.iter().map(|a| perform(ctx, run, a));
+            futures::future::join_all(writes)
+                .await
+                .into_iter()
+                .collect::<Result<Vec<()>, Error>>()?;
+        }
+    }
+    Ok(())
 }
 
 async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), Error> {
     let run_name = run.name_any();
     let placement = &run.spec.placement_name;
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
     match action {
         Action::Bind { cluster, index } => {
             let bindings: Api<Binding> = Api::all(ctx.client.clone());
             let name = names::binding_name(placement, cluster);
-            let patch = json!({
-                "apiVersion": "fleethub.dev/v1alpha1",
-                "kind": "Binding",
-                "metadata": {"name": name},
-                "spec": {
-                    "placementName": placement,
-                    "targetCluster": cluster,
-                    "state": "Bound",
-                    "resourceSnapshotIndex": index,
-                    "updateRunName": run_name,
-                    "healthTimeout": run.spec.health_timeout,
+            let binding = Binding::new(
+                &name,
+                BindingSpec {
+                    placement_name: placement.clone(),
+                    target_cluster: cluster.clone(),
+                    state: BindingState::Bound,
+                    resource_snapshot_index: Some(*index),
+                    update_run_name: Some(run_name),
+                    health_timeout: run.spec.health_timeout.clone(),
                 },
-            });
+            );
             bindings
-                .patch(
-                    &name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&patch),
-                )
+                .patch(&name, &apply, &Patch::Apply(&binding))
                 .await?;
         }
         Action::CreateApproval { name, stage } => {
@@ -524,39 +449,76 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
         }
         Action::AcceptApproval { name } => {
             let approvals: Api<ApprovalRequest> = Api::all(ctx.client.clone());
-            let now = ctx.clock.now();
-            let patch = json!({
-                "apiVersion": "fleethub.dev/v1alpha1",
-                "kind": "ApprovalRequest",
-                "metadata": {"name": name},
-                "status": {"conditions": [{
-                    "type": APPROVAL_ACCEPTED,
-                    "status": TRUE,
-                    "reason": "ApprovalAccepted",
-                    "message": format!("UpdateRun {run_name} accepted the approval and moves on"),
-                    "lastTransitionTime": now.to_string(),
-                }]},
-            });
+            let status = ApprovalRequestStatus {
+                conditions: vec![Condition {
+                    type_: approval::APPROVAL_ACCEPTED.to_string(),
+                    status: TRUE.to_string(),
+                    reason: approval::ACCEPTED_REASON.to_string(),
+                    message: format!("UpdateRun {run_name} accepted the approval and moves on"),
+                    last_transition_time: Time(ctx.clock.now()),
+                    observed_generation: None,
+                }],
+            };
+            let body = StatusApply::new::<ApprovalRequest>(name, None, &status);
             approvals
-                .patch_status(
-                    name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&patch),
-                )
+                .patch_status(name, &apply, &Patch::Apply(&body))
                 .await?;
         }
         Action::Unbind { cluster } => {
             let bindings: Api<Binding> = Api::all(ctx.client.clone());
-            ok_if(
-                bindings
-                    .delete(
-                        &names::binding_name(placement, cluster),
-                        &Default::default(),
-                    )
-                    .await,
-                GONE,
-            )?;
+            let name = names::binding_name(placement, cluster);
+            ok_if(bindings.delete(&name, &Default::default()).await, GONE)?;
         }
     }
     Ok(())
+}
+
+/// Writes the run's new status (if it changed), publishes the plan's events, observes the
+/// durations they carry, and says when to look again.
+async fn report(ctx: &Context, run: &UpdateRun, plan: &Plan) -> Result<Requeue, Error> {
+    let name = run.name_any();
+    if Some(&plan.status) != run.status.as_ref() {
+        let runs: Api<UpdateRun> = Api::all(ctx.client.clone());
+        // Optimistic concurrency: the resourceVersion makes a write from a stale view fail.
+        let body = StatusApply::new::<UpdateRun>(&name, None, &plan.status)
+            .at_version(run.metadata.resource_version.clone());
+        let apply = PatchParams::apply(FIELD_MANAGER).force();
+        match runs.patch_status(&name, &apply, &Patch::Apply(&body)).await {
+            Ok(w) => ctx.remember_written(&name, w.metadata.resource_version),
+            Err(e) => {
+                ctx.remember_written(&name, None);
+                return Err(e.into());
+            }
+        }
+    }
+    for e in &plan.events {
+        let event = Event {
+            type_: if e.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: e.reason.to_string(),
+            note: Some(e.message.clone()),
+            action: "Reconcile".to_string(),
+            secondary: None,
+        };
+        if let Err(err) = ctx.events.try_send((event, run.object_ref(&()))) {
+            tracing::debug!(error = %err, "event backlog full; event dropped");
+        }
+        tracing::info!(reason = e.reason, "{}", e.message);
+        let histogram = match e.reason {
+            reason::CLUSTER_SUCCEEDED => &ctx.metrics.cluster_update_seconds,
+            reason::STAGE_SUCCEEDED => &ctx.metrics.stage_seconds,
+            reason::APPROVAL_APPROVED => &ctx.metrics.approval_wait_seconds,
+            _ => continue,
+        };
+        if let Some(seconds) = e.seconds {
+            histogram.observe(seconds.max(0) as f64);
+        }
+    }
+    Ok(match plan.requeue_after {
+        Some(after) => Requeue::requeue(after),
+        None => Requeue::await_change(),
+    })
 }

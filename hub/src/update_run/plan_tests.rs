@@ -8,7 +8,7 @@ use fleethub_crds::conditions::{find, is_false, is_true};
 use fleethub_crds::placement::{PlacementSpec, RolloutStrategy, RolloutStrategyType};
 use fleethub_crds::strategy::StagedUpdateStrategySpec;
 use fleethub_crds::update_run::{
-    INITIALIZED, PROGRESSING, SUCCEEDED, UpdateRunSpec, UpdateRunState,
+    INITIALIZED, MAX_RUN_CLUSTERS, PROGRESSING, SUCCEEDED, UpdateRunSpec, UpdateRunState,
 };
 use fleethub_crds::{Placement, UpdateRun};
 use jiff::Timestamp;
@@ -61,7 +61,25 @@ fn run(state: Option<UpdateRunState>) -> UpdateRun {
         },
     );
     r.metadata.generation = Some(1);
+    r.metadata.creation_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t(0)));
     r
+}
+
+/// Validated, unfinished runs of the same placement: `earlier` created before the test's
+/// runs, `later` after.
+fn siblings(earlier: &[String], later: &[String]) -> Vec<SiblingRun> {
+    let run = |name: &String, at: i64| SiblingRun {
+        name: name.clone(),
+        created: Some(t(at)),
+        over: false,
+        validated: true,
+    };
+    earlier
+        .iter()
+        .map(|n| run(n, -100))
+        .chain(later.iter().map(|n| run(n, 100)))
+        .collect()
 }
 
 /// A fake fleet: cluster labels, bindings, works; and the run as last written.
@@ -129,8 +147,7 @@ impl World {
             bindings: self.bindings.clone(),
             works: self.works.clone(),
             approvals: self.approvals.clone(),
-            earlier_runs: self.earlier_runs.clone(),
-            later_runs: self.later_runs.clone(),
+            siblings: siblings(&self.earlier_runs, &self.later_runs),
             now: self.now,
         }
     }
@@ -392,7 +409,7 @@ fn initialization_failures_name_the_object_and_are_final() {
     // A run that can never start fails even while another run rolls out (and so never makes
     // that run yield to it).
     let o = Observed {
-        earlier_runs: vec!["earlier".into()],
+        siblings: siblings(&["earlier".into()], &[]),
         ..o
     };
     assert_eq!(

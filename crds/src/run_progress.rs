@@ -1,0 +1,482 @@
+//! One reading of an UpdateRun: its stages, clusters and after-stage tasks, in order, with their
+//! states and times, built once from the run's status (and its ApprovalRequests). The dashboard
+//! and `kubectl fleet` both show this model; neither interprets the status itself.
+//!
+//! Every state is an enum matched exhaustively by its readers, so a new task type or state fails
+//! to compile wherever it must be shown.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::ResourceExt;
+
+use crate::conditions::{FALSE, TRUE, find, is_true};
+use crate::strategy::{AfterStageTask, AfterStageTaskType, StageConfig};
+use crate::update_run::{
+    APPROVAL_REQUEST_APPROVED, APPROVAL_REQUEST_CREATED, AfterStageTaskStatus, CLUSTER_STARTED,
+    ClusterUpdatingStatus, INITIALIZED, PROGRESSING, SUCCEEDED, StageUpdatingStatus,
+    UpdateRunState, WAIT_TIME_ELAPSED, reason,
+};
+use crate::{ApprovalRequest, UpdateRun, approval, duration};
+
+/// Where a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunPhase {
+    /// The hub has not written any status yet.
+    Pending,
+    /// Validated; waits for an earlier run of the placement to stop (`WaitingForPreviousRun`).
+    Queued,
+    /// Not initialized yet.
+    Initializing,
+    /// Updating clusters.
+    Progressing,
+    /// `spec.state: Stop` was set; clusters already updating finish.
+    Stopping,
+    /// Stopped by `spec.state: Stop`.
+    Stopped,
+    /// An after-stage task (a soak or an approval) holds the run.
+    Waiting,
+    /// A cluster failed; nothing new starts until it recovers.
+    Blocked,
+    /// Every cluster runs the snapshot.
+    Succeeded,
+    /// Over without succeeding: initialization failed, or a newer run superseded it.
+    Failed,
+}
+
+impl RunPhase {
+    /// The phase of `run`, from its conditions and `spec.state`.
+    pub fn of(run: &UpdateRun) -> Self {
+        let Some(status) = run.status.as_ref() else {
+            return RunPhase::Pending;
+        };
+        let c = &status.conditions;
+        if let Some(s) = find(c, SUCCEEDED) {
+            return if s.status == TRUE {
+                RunPhase::Succeeded
+            } else {
+                RunPhase::Failed
+            };
+        }
+        match find(c, INITIALIZED) {
+            Some(i) if i.reason == reason::WAITING_FOR_PREVIOUS_RUN => return RunPhase::Queued,
+            Some(i) if i.status == TRUE => {}
+            _ => return RunPhase::Initializing,
+        }
+        match find(c, PROGRESSING).map(|p| p.reason.as_str()) {
+            Some(reason::STOPPED) => RunPhase::Stopped,
+            Some(reason::CLUSTER_FAILED) => RunPhase::Blocked,
+            Some(reason::WAITING) => RunPhase::Waiting,
+            _ if run.spec.state == Some(UpdateRunState::Stop) => RunPhase::Stopping,
+            _ => RunPhase::Progressing,
+        }
+    }
+
+    /// One word for it.
+    pub fn label(self) -> &'static str {
+        match self {
+            RunPhase::Pending => "Pending",
+            RunPhase::Queued => "Queued",
+            RunPhase::Initializing => "Initializing",
+            RunPhase::Progressing => "Progressing",
+            RunPhase::Stopping => "Stopping",
+            RunPhase::Stopped => "Stopped",
+            RunPhase::Waiting => "Waiting",
+            RunPhase::Blocked => "Blocked",
+            RunPhase::Succeeded => "Succeeded",
+            RunPhase::Failed => "Failed",
+        }
+    }
+
+    /// Whether the run is over (it will not change by itself any more).
+    pub fn finished(self) -> bool {
+        matches!(self, RunPhase::Succeeded | RunPhase::Failed)
+    }
+}
+
+/// Where a stage is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StagePhase {
+    /// Not reached yet.
+    NotStarted,
+    /// Its clusters are updating.
+    Updating,
+    /// Its clusters are done; its after-stage tasks hold it.
+    Waiting,
+    /// Done, gates passed.
+    Succeeded,
+    /// A cluster of the stage failed.
+    Failed,
+}
+
+impl StagePhase {
+    fn of(stage: &StageUpdatingStatus) -> Self {
+        let c = &stage.conditions;
+        if let Some(s) = find(c, SUCCEEDED) {
+            return if s.status == TRUE {
+                StagePhase::Succeeded
+            } else {
+                StagePhase::Failed
+            };
+        }
+        match find(c, PROGRESSING) {
+            Some(p) if p.reason == reason::STAGE_FAILED => StagePhase::Failed,
+            Some(p) if p.reason == reason::STAGE_WAITING => StagePhase::Waiting,
+            Some(p) if p.status == TRUE => StagePhase::Updating,
+            _ if stage.start_time.is_some() => StagePhase::Updating,
+            _ => StagePhase::NotStarted,
+        }
+    }
+}
+
+/// Where a cluster is in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClusterPhase {
+    /// Not started yet.
+    Pending,
+    /// Its Binding points at the snapshot; the member has not confirmed it yet.
+    Updating,
+    /// Runs the snapshot and is available (or, in the deletion stage, the workload is gone).
+    Succeeded,
+    /// Failed, with a reason and message.
+    Failed,
+}
+
+/// A run, read for people.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunProgress {
+    /// The UpdateRun.
+    pub name: String,
+    /// Its placement.
+    pub placement: String,
+    /// The snapshot index it rolls out.
+    pub index: String,
+    /// The strategy it follows.
+    pub strategy: String,
+    /// Where it is.
+    pub phase: RunPhase,
+    /// The sentence that says why (the final, `Progressing` or `Initialized` condition's).
+    pub message: String,
+    /// A person set `spec.state: Stop`.
+    pub stop_requested: bool,
+    /// The stage in progress, while the run is not over.
+    pub current_stage: Option<String>,
+    /// When it was created, started and ended.
+    pub created: Option<Timestamp>,
+    /// When it started executing.
+    pub started: Option<Timestamp>,
+    /// When it ended.
+    pub ended: Option<Timestamp>,
+    /// The stages, in the strategy's order.
+    pub stages: Vec<StageProgress>,
+    /// The final stage that removes the workload from clusters no longer selected.
+    pub deletion: Option<StageProgress>,
+}
+
+/// A stage of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageProgress {
+    /// Its name (the deletion stage's is `fleethub.dev/delete`).
+    pub name: String,
+    /// Where it is.
+    pub phase: StagePhase,
+    /// Its `Succeeded` or `Progressing` condition's message.
+    pub message: String,
+    /// When its first cluster started.
+    pub started: Option<Timestamp>,
+    /// When its clusters were all done (soaks count from here).
+    pub clusters_completed: Option<Timestamp>,
+    /// When it finished, gates included.
+    pub ended: Option<Timestamp>,
+    /// Its clusters, in update order.
+    pub clusters: Vec<ClusterProgress>,
+    /// Its after-stage tasks, in the strategy's order.
+    pub tasks: Vec<TaskProgress>,
+}
+
+/// A cluster of a stage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterProgress {
+    /// The MemberCluster.
+    pub name: String,
+    /// Where it is.
+    pub phase: ClusterPhase,
+    /// The reason of its latest condition (why it failed, when it did).
+    pub reason: String,
+    /// Its latest condition's message.
+    pub message: String,
+    /// When the run started it.
+    pub started: Option<Timestamp>,
+    /// When it finished.
+    pub ended: Option<Timestamp>,
+}
+
+/// An after-stage task of a stage.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskProgress {
+    /// A soak timer.
+    TimedWait {
+        /// The configured wait as written (`15s`).
+        wait_time: String,
+        /// The configured wait, when it reads.
+        wait: Option<Duration>,
+        /// When it ends: known once the stage's clusters are done.
+        until: Option<Timestamp>,
+        /// When the run recorded it elapsed.
+        elapsed_at: Option<Timestamp>,
+    },
+    /// A person's approval.
+    Approval {
+        /// The ApprovalRequest (`<run>-<stage>`).
+        request: Option<String>,
+        /// When the run created the request (the gate was reached).
+        requested_at: Option<Timestamp>,
+        /// The request object exists.
+        request_exists: bool,
+        /// A person approved it (`Approved=True` on the request).
+        approval: Option<Approval>,
+        /// The run took the approval into account (`ApprovalRequestApproved=True`).
+        recorded: bool,
+    },
+}
+
+impl TaskProgress {
+    /// Whether the task holds its stage now: reached and not passed.
+    pub fn waiting(&self) -> bool {
+        match self {
+            TaskProgress::TimedWait {
+                until, elapsed_at, ..
+            } => until.is_some() && elapsed_at.is_none(),
+            TaskProgress::Approval {
+                requested_at,
+                request_exists,
+                approval,
+                recorded,
+                ..
+            } => requested_at.is_some() && *request_exists && approval.is_none() && !recorded,
+        }
+    }
+}
+
+/// An `Approved=True` condition, read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Approval {
+    /// The condition's whole message.
+    pub message: String,
+    /// Who approved, when the message says so ("approved by alice: …", as the dashboard and
+    /// `kubectl fleet approve` write it; a hand-written kubectl patch may not).
+    pub by: Option<String>,
+    /// The approver's note: the rest of the message, or all of it when it names no one.
+    pub note: Option<String>,
+    /// When.
+    pub at: Timestamp,
+}
+
+impl Approval {
+    /// The approval recorded on `request`, if a person approved it.
+    pub fn of(request: &ApprovalRequest) -> Option<Self> {
+        let c = request
+            .status
+            .as_ref()
+            .and_then(|s| find(&s.conditions, approval::APPROVED))
+            .filter(|c| c.status == TRUE)?;
+        // User names contain colons but never ": ".
+        let note = |s: &str| Some(s.trim().to_string()).filter(|s| !s.is_empty());
+        let (by, text) = match c.message.strip_prefix("approved by ") {
+            Some(rest) => match rest.split_once(": ") {
+                Some((who, why)) => (note(who), note(why)),
+                None => (note(rest), None),
+            },
+            None => (None, note(&c.message)),
+        };
+        Some(Self {
+            message: c.message.clone(),
+            by,
+            note: text,
+            at: c.last_transition_time.0,
+        })
+    }
+}
+
+impl RunProgress {
+    /// Reads `run`; `approvals` are its ApprovalRequests (others are ignored).
+    pub fn new(run: &UpdateRun, approvals: &[ApprovalRequest]) -> Self {
+        let status = run.status.clone().unwrap_or_default();
+        let phase = RunPhase::of(run);
+        let by_name: BTreeMap<String, &ApprovalRequest> =
+            approvals.iter().map(|a| (a.name_any(), a)).collect();
+        let configs = status
+            .staged_update_strategy_snapshot
+            .as_ref()
+            .map(|s| s.stages.as_slice())
+            .unwrap_or_default();
+        let stages = status
+            .stages_status
+            .iter()
+            .map(|s| {
+                let config = configs.iter().find(|c| c.name == s.stage_name);
+                stage(s, config, &by_name)
+            })
+            .collect();
+        let message = find(&status.conditions, SUCCEEDED)
+            .or_else(|| find(&status.conditions, PROGRESSING))
+            .or_else(|| find(&status.conditions, INITIALIZED))
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        RunProgress {
+            name: run.name_any(),
+            placement: run.spec.placement_name.clone(),
+            index: run.spec.resource_snapshot_index.clone(),
+            strategy: run.spec.staged_rollout_strategy_name.clone(),
+            phase,
+            message,
+            stop_requested: run.spec.state == Some(UpdateRunState::Stop),
+            current_stage: status.current_stage.clone().filter(|_| !phase.finished()),
+            created: time(run.metadata.creation_timestamp.as_ref()),
+            started: time(status.start_time.as_ref()),
+            ended: time(status.end_time.as_ref()),
+            stages,
+            deletion: status
+                .deletion_stage_status
+                .as_ref()
+                .map(|d| stage(d, None, &by_name)),
+        }
+    }
+
+    /// Every cluster of the run, the deletion stage's included.
+    pub fn clusters(&self) -> impl Iterator<Item = &ClusterProgress> {
+        self.stages
+            .iter()
+            .chain(self.deletion.iter())
+            .flat_map(|s| s.clusters.iter())
+    }
+
+    /// Clusters done and clusters planned, the deletion stage's included.
+    pub fn counts(&self) -> (usize, usize) {
+        self.clusters().fold((0, 0), |(done, all), c| {
+            (
+                done + usize::from(c.phase == ClusterPhase::Succeeded),
+                all + 1,
+            )
+        })
+    }
+
+    /// Sentences that say why the run does not move, if it does not: a failed run's or blocked
+    /// run's message and every failed cluster's.
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if matches!(self.phase, RunPhase::Failed | RunPhase::Blocked) && !self.message.is_empty() {
+            problems.push(self.message.clone());
+        }
+        for c in self.clusters() {
+            if c.phase == ClusterPhase::Failed && !problems.contains(&c.message) {
+                problems.push(c.message.clone());
+            }
+        }
+        problems
+    }
+}
+
+fn time(t: Option<&Time>) -> Option<Timestamp> {
+    t.map(|t| t.0)
+}
+
+fn true_since(conditions: &[Condition], type_: &str) -> Option<Timestamp> {
+    find(conditions, type_)
+        .filter(|c| c.status == TRUE)
+        .map(|c| c.last_transition_time.0)
+}
+
+fn stage(
+    s: &StageUpdatingStatus,
+    config: Option<&StageConfig>,
+    approvals: &BTreeMap<String, &ApprovalRequest>,
+) -> StageProgress {
+    let configs = config
+        .map(|c| c.after_stage_tasks.as_slice())
+        .unwrap_or_default();
+    let mut tasks: Vec<(usize, TaskProgress)> = s
+        .after_stage_task_status
+        .iter()
+        .map(|t| {
+            let position = configs.iter().position(|c| c.type_ == t.type_);
+            let config = position.map(|p| &configs[p]);
+            let progress = task(t, config, s.clusters_completed_time.as_ref(), approvals);
+            (position.unwrap_or(usize::MAX), progress)
+        })
+        .collect();
+    // In the strategy's order (runs initialized by older hubs list them by type).
+    tasks.sort_by_key(|(position, _)| *position);
+    let message = find(&s.conditions, SUCCEEDED)
+        .or_else(|| find(&s.conditions, PROGRESSING))
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    StageProgress {
+        name: s.stage_name.clone(),
+        phase: StagePhase::of(s),
+        message,
+        started: time(s.start_time.as_ref()),
+        clusters_completed: time(s.clusters_completed_time.as_ref()),
+        ended: time(s.end_time.as_ref()),
+        clusters: s.clusters.iter().map(cluster).collect(),
+        tasks: tasks.into_iter().map(|(_, t)| t).collect(),
+    }
+}
+
+fn cluster(c: &ClusterUpdatingStatus) -> ClusterProgress {
+    let succeeded = find(&c.conditions, SUCCEEDED);
+    let started = find(&c.conditions, CLUSTER_STARTED);
+    let (phase, latest) = match (succeeded, started) {
+        (Some(s), _) if s.status == TRUE => (ClusterPhase::Succeeded, Some(s)),
+        (Some(s), _) if s.status == FALSE => (ClusterPhase::Failed, Some(s)),
+        (_, Some(s)) if s.status == TRUE => (ClusterPhase::Updating, Some(s)),
+        _ => (ClusterPhase::Pending, None),
+    };
+    ClusterProgress {
+        name: c.cluster_name.clone(),
+        phase,
+        reason: latest.map(|c| c.reason.clone()).unwrap_or_default(),
+        message: latest.map(|c| c.message.clone()).unwrap_or_default(),
+        started: time(c.start_time.as_ref()),
+        ended: time(c.end_time.as_ref()),
+    }
+}
+
+fn task(
+    t: &AfterStageTaskStatus,
+    config: Option<&AfterStageTask>,
+    clusters_completed: Option<&Time>,
+    approvals: &BTreeMap<String, &ApprovalRequest>,
+) -> TaskProgress {
+    match t.type_ {
+        AfterStageTaskType::TimedWait => {
+            let wait_time = config.and_then(|c| c.wait_time.clone()).unwrap_or_default();
+            let wait = duration::parse(&wait_time).ok();
+            TaskProgress::TimedWait {
+                until: clusters_completed
+                    .zip(wait)
+                    .map(|(done, wait)| done.0.checked_add(wait).unwrap_or(done.0)),
+                elapsed_at: true_since(&t.conditions, WAIT_TIME_ELAPSED),
+                wait_time,
+                wait,
+            }
+        }
+        AfterStageTaskType::Approval => {
+            let request = t.approval_request_name.clone();
+            let object = request.as_ref().and_then(|n| approvals.get(n));
+            TaskProgress::Approval {
+                requested_at: true_since(&t.conditions, APPROVAL_REQUEST_CREATED),
+                request_exists: object.is_some(),
+                approval: object.and_then(|a| Approval::of(a)),
+                recorded: is_true(&t.conditions, APPROVAL_REQUEST_APPROVED),
+                request,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "run_progress_tests.rs"]
+mod tests;

@@ -1,0 +1,106 @@
+//! A stopped run, and the final stage that removes the workload from clusters no longer
+//! selected.
+
+use fleethub_crds::conditions::{FALSE, NewCondition, TRUE, find, is_true, set_condition};
+use fleethub_crds::update_run::{
+    CLUSTER_STARTED, DELETION_STAGE, PROGRESSING, SUCCEEDED, StageUpdatingStatus, reason,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::{Action, Planner};
+
+impl Planner<'_, '_> {
+    /// The run is stopped; `meanwhile`: what its current stage still waits for.
+    pub(super) fn stopped(&mut self, meanwhile: Option<String>) {
+        let mut message =
+            "stopped by spec.state=Stop: no new cluster starts; set spec.state to Run to resume"
+                .to_string();
+        if let Some(m) = meanwhile {
+            message = format!("{message} (meanwhile {m})");
+        }
+        self.set_run(PROGRESSING, FALSE, reason::STOPPED, message);
+    }
+
+    /// After the last stage: removes the workload from the clusters the placement no longer
+    /// selects, then the run succeeds.
+    pub(super) fn deletion_stage(&mut self, stopped: bool) {
+        let now = self.o.now;
+        let mut del =
+            self.status
+                .deletion_stage_status
+                .take()
+                .unwrap_or_else(|| StageUpdatingStatus {
+                    stage_name: DELETION_STAGE.to_string(),
+                    ..Default::default()
+                });
+        self.status.current_stage = Some(DELETION_STAGE.to_string());
+        let mut remaining = Vec::new();
+        if !del.clusters.is_empty() && stopped && del.start_time.is_none() {
+            self.status.deletion_stage_status = Some(del);
+            self.stopped(None);
+            return;
+        }
+        del.start_time.get_or_insert(Time(now));
+        for cluster in &mut del.clusters {
+            if is_true(&cluster.conditions, SUCCEEDED) {
+                continue;
+            }
+            let name = cluster.cluster_name.clone();
+            if find(&cluster.conditions, CLUSTER_STARTED).is_none() {
+                let c = NewCondition::new(
+                    CLUSTER_STARTED,
+                    TRUE,
+                    reason::CLUSTER_STARTED,
+                    format!("removing the workload from cluster {name}"),
+                    self.generation,
+                );
+                set_condition(&mut cluster.conditions, c, now);
+                cluster.start_time = Some(Time(now));
+            }
+            let still_bound = self.o.bindings.iter().any(|b| b.cluster == name);
+            if still_bound || self.o.works.contains_key(&name) {
+                self.actions.push(Action::Unbind {
+                    cluster: name.clone(),
+                });
+                remaining.push(name);
+            } else {
+                let c = NewCondition::new(
+                    SUCCEEDED,
+                    TRUE,
+                    reason::CLUSTER_SUCCEEDED,
+                    format!("the workload was removed from cluster {name}"),
+                    self.generation,
+                );
+                set_condition(&mut cluster.conditions, c, now);
+                cluster.end_time = Some(Time(now));
+            }
+        }
+        if !remaining.is_empty() {
+            let message = format!("removing the workload from {}", remaining.join(", "));
+            self.status.deletion_stage_status = Some(del);
+            self.set_run(PROGRESSING, TRUE, reason::STARTED, message);
+            return;
+        }
+        for (type_, status) in [(PROGRESSING, FALSE), (SUCCEEDED, TRUE)] {
+            let c = NewCondition::new(
+                type_,
+                status,
+                reason::STAGE_SUCCEEDED,
+                "deletion stage succeeded".to_string(),
+                self.generation,
+            );
+            set_condition(&mut del.conditions, c, now);
+        }
+        del.end_time.get_or_insert(Time(now));
+        self.status.deletion_stage_status = Some(del);
+        self.status.current_stage = None;
+        self.status.end_time = Some(Time(now));
+        let message = format!(
+            "every cluster runs resource snapshot {} of Placement {}",
+            self.o.run.spec.resource_snapshot_index, self.o.run.spec.placement_name
+        );
+        self.set_run(PROGRESSING, FALSE, reason::SUCCEEDED, message.clone());
+        self.set_run(SUCCEEDED, TRUE, reason::SUCCEEDED, message.clone());
+        self.event(false, reason::SUCCEEDED, message);
+    }
+}

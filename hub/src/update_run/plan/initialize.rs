@@ -1,0 +1,354 @@
+//! Initialization: the run is validated, then its strategy and cluster plan are frozen into its
+//! status. Every failure but waiting for an earlier run is final.
+
+use std::collections::BTreeMap;
+
+use fleethub_crds::binding::BindingState;
+use fleethub_crds::concurrency::MaxConcurrency;
+use fleethub_crds::conditions::TRUE;
+use fleethub_crds::placement::RolloutStrategyType;
+use fleethub_crds::strategy::{AfterStageTaskType, StageConfig, StagedUpdateStrategySpec};
+use fleethub_crds::update_run::{
+    AfterStageTaskStatus, ClusterUpdatingStatus, DELETION_STAGE, INITIALIZED, MAX_RUN_CLUSTERS,
+    StageUpdatingStatus, reason,
+};
+use fleethub_crds::{duration, names};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::core::{Selector, SelectorExt};
+
+use super::{Observed, Planner};
+
+/// Why a run cannot initialize (now, or ever): a reason and a sentence naming the object.
+pub(super) type Refusal = (&'static str, String);
+
+/// The clusters the run updates and those it removes the workload from, by name.
+struct Selected<'a> {
+    scheduled: Vec<&'a str>,
+    removed: Vec<&'a str>,
+}
+
+impl<'a, 'o> Planner<'a, 'o> {
+    /// Validates the run, then freezes its plan into status.
+    pub(super) fn initialize(&mut self) -> Result<(), Refusal> {
+        let strategy = self.validate()?;
+        // Checked after validation, so a run that could never start does not stop an earlier
+        // one. The earlier run yields to this one (it sees this run waiting) and ends.
+        if let Some(earlier) = &self.earlier {
+            return Err((
+                reason::WAITING_FOR_PREVIOUS_RUN,
+                format!(
+                    "waiting for UpdateRun {earlier}, which this newer run supersedes, to stop rolling out Placement {}",
+                    self.o.run.spec.placement_name
+                ),
+            ));
+        }
+        let selected = self.selected()?;
+        let per_stage = self.sort_into_stages(strategy, &selected.scheduled)?;
+        self.freeze(strategy, per_stage, selected);
+        Ok(())
+    }
+
+    /// Everything the run names exists and every value it will use can be read.
+    fn validate(&self) -> Result<&'o StagedUpdateStrategySpec, Refusal> {
+        let o: &'a Observed<'o> = self.o;
+        let spec = &o.run.spec;
+        let placement = o.placement.ok_or_else(|| {
+            (
+                reason::PLACEMENT_NOT_FOUND,
+                format!("Placement {} does not exist", spec.placement_name),
+            )
+        })?;
+        let strategy_type = placement
+            .spec
+            .strategy
+            .as_ref()
+            .map(|s| s.type_)
+            .unwrap_or_default();
+        if strategy_type != RolloutStrategyType::External {
+            return Err((
+                reason::PLACEMENT_NOT_EXTERNAL,
+                format!(
+                    "Placement {} rolls out with strategy {strategy_type:?}; UpdateRuns only drive placements whose spec.strategy.type is External",
+                    spec.placement_name
+                ),
+            ));
+        }
+        let strategy = o.strategy.ok_or_else(|| {
+            (
+                reason::STRATEGY_NOT_FOUND,
+                format!(
+                    "StagedUpdateStrategy {} does not exist",
+                    spec.staged_rollout_strategy_name
+                ),
+            )
+        })?;
+        if self.index.is_none() {
+            return Err((
+                reason::INVALID_SNAPSHOT_INDEX,
+                format!(
+                    "spec.resourceSnapshotIndex {:?} is not a number",
+                    spec.resource_snapshot_index
+                ),
+            ));
+        }
+        if !o.snapshot_exists {
+            return Err((
+                reason::SNAPSHOT_NOT_FOUND,
+                format!(
+                    "Placement {} has no ResourceSnapshot with index {} (see kubectl get resourcesnapshots --field-selector spec.placementName={})",
+                    spec.placement_name, spec.resource_snapshot_index, spec.placement_name
+                ),
+            ));
+        }
+        for (i, stage) in strategy.stages.iter().enumerate() {
+            MaxConcurrency::parse(stage.max_concurrency.as_ref()).map_err(|e| {
+                (
+                    reason::INVALID_STRATEGY,
+                    format!("stage {} (spec.stages[{i}]): {e}", stage.name),
+                )
+            })?;
+            for task in &stage.after_stage_tasks {
+                if let Some(w) = &task.wait_time {
+                    duration::parse(w).map_err(|e| {
+                        (
+                            reason::INVALID_STRATEGY,
+                            format!("stage {}: {e}", stage.name),
+                        )
+                    })?;
+                }
+            }
+        }
+        if let Some(t) = &spec.health_timeout {
+            duration::parse(t).map_err(|e| {
+                (
+                    reason::INVALID_HEALTH_TIMEOUT,
+                    format!("spec.healthTimeout: {e}"),
+                )
+            })?;
+        }
+        Ok(strategy)
+    }
+
+    /// The placement's clusters: bound or scheduled ones to update, unscheduled ones to clean.
+    fn selected(&self) -> Result<Selected<'a>, Refusal> {
+        let mut selected = Selected {
+            scheduled: Vec::new(),
+            removed: Vec::new(),
+        };
+        let o: &'a Observed<'o> = self.o;
+        for b in &o.bindings {
+            match b.state {
+                BindingState::Unscheduled => selected.removed.push(&b.cluster),
+                BindingState::Scheduled | BindingState::Bound => {
+                    selected.scheduled.push(&b.cluster)
+                }
+            }
+        }
+        selected.scheduled.sort_unstable();
+        selected.removed.sort_unstable();
+        let (update, remove) = (selected.scheduled.len(), selected.removed.len());
+        if update + remove > MAX_RUN_CLUSTERS {
+            return Err((
+                reason::TOO_MANY_CLUSTERS,
+                format!(
+                    "Placement {} has {update} clusters to update and {remove} to remove, but one UpdateRun tracks at most {MAX_RUN_CLUSTERS} (each cluster's progress is kept in the run's status, which etcd limits to 1.5 MiB): split the placement into several, each with its own runs",
+                    self.o.run.spec.placement_name,
+                ),
+            ));
+        }
+        Ok(selected)
+    }
+
+    /// Each scheduled cluster in the one stage whose selector it matches, in update order: by
+    /// the sorting label's value, clusters without the label last, ties by name.
+    fn sort_into_stages(
+        &self,
+        strategy: &StagedUpdateStrategySpec,
+        scheduled: &[&str],
+    ) -> Result<Vec<Vec<String>>, Refusal> {
+        let spec = &self.o.run.spec;
+        let selectors: Vec<Option<Selector>> = strategy
+            .stages
+            .iter()
+            .map(|s| {
+                s.label_selector
+                    .clone()
+                    .map(Selector::try_from)
+                    .transpose()
+                    .map_err(|e| {
+                        (
+                            reason::INVALID_STRATEGY,
+                            format!("stage {}: label selector: {e}", s.name),
+                        )
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        let mut per_stage: Vec<Vec<(Option<i64>, String)>> =
+            vec![Vec::new(); strategy.stages.len()];
+        for cluster in scheduled {
+            let labels = self.o.cluster_labels.get(*cluster).ok_or_else(|| {
+                (
+                    reason::MEMBER_CLUSTER_NOT_FOUND,
+                    format!(
+                        "Placement {} selects cluster {cluster}, but MemberCluster {cluster} does not exist",
+                        spec.placement_name
+                    ),
+                )
+            })?;
+            let matching: Vec<usize> = selectors
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.as_ref().is_none_or(|s| s.matches(labels)))
+                .map(|(i, _)| i)
+                .collect();
+            let stage = match matching.as_slice() {
+                [one] => *one,
+                [] => {
+                    return Err((
+                        reason::CLUSTER_MATCHES_NO_STAGE,
+                        format!(
+                            "cluster {cluster} (labels {}) matches no stage of StagedUpdateStrategy {}; every selected cluster must match exactly one stage",
+                            format_labels(labels),
+                            spec.staged_rollout_strategy_name
+                        ),
+                    ));
+                }
+                several => {
+                    let names: Vec<&str> = several
+                        .iter()
+                        .map(|i| strategy.stages[*i].name.as_str())
+                        .collect();
+                    return Err((
+                        reason::CLUSTER_MATCHES_SEVERAL_STAGES,
+                        format!(
+                            "cluster {cluster} matches stages {} of StagedUpdateStrategy {}; every selected cluster must match exactly one stage",
+                            names.join(" and "),
+                            spec.staged_rollout_strategy_name
+                        ),
+                    ));
+                }
+            };
+            let order = sorting_value(&strategy.stages[stage], cluster, labels)?;
+            per_stage[stage].push((order, cluster.to_string()));
+        }
+        Ok(per_stage
+            .into_iter()
+            .map(|mut clusters| {
+                clusters
+                    .sort_by(|(a, an), (b, bn)| (a.is_none(), a, an).cmp(&(b.is_none(), b, bn)));
+                clusters.into_iter().map(|(_, name)| name).collect()
+            })
+            .collect())
+    }
+
+    /// Writes the frozen strategy, the stages with their clusters and tasks, and the deletion
+    /// stage into status.
+    fn freeze(
+        &mut self,
+        strategy: &StagedUpdateStrategySpec,
+        per_stage: Vec<Vec<String>>,
+        selected: Selected<'_>,
+    ) {
+        let run = self.run_name().to_string();
+        let stages: Vec<StageUpdatingStatus> = strategy
+            .stages
+            .iter()
+            .zip(per_stage)
+            .map(|(cfg, clusters)| StageUpdatingStatus {
+                stage_name: cfg.name.clone(),
+                clusters: clusters.into_iter().map(cluster_status).collect(),
+                after_stage_task_status: cfg
+                    .after_stage_tasks
+                    .iter()
+                    .map(|t| task_status(&run, cfg, t.type_))
+                    .collect(),
+                ..Default::default()
+            })
+            .collect();
+        let message = format!(
+            "{} clusters in {} stages, {} to remove afterwards",
+            selected.scheduled.len(),
+            stages.len(),
+            selected.removed.len()
+        );
+        self.status.staged_update_strategy_snapshot = Some(strategy.clone());
+        self.status.policy_observed_cluster_count = Some(selected.scheduled.len() as i32);
+        self.status.stages_status = stages;
+        self.status.deletion_stage_status = Some(StageUpdatingStatus {
+            stage_name: DELETION_STAGE.to_string(),
+            clusters: selected
+                .removed
+                .iter()
+                .map(|c| cluster_status(c.to_string()))
+                .collect(),
+            ..Default::default()
+        });
+        self.status.start_time = Some(Time(self.o.now));
+        self.set_run(
+            INITIALIZED,
+            TRUE,
+            reason::INITIALIZED,
+            format!("UpdateRun initialized: {message}"),
+        );
+        self.event(
+            false,
+            reason::INITIALIZED,
+            format!("initialized: {message}"),
+        );
+    }
+}
+
+/// The status entry of a stage's task, in the strategy's order.
+fn task_status(run: &str, stage: &StageConfig, type_: AfterStageTaskType) -> AfterStageTaskStatus {
+    let approval_request_name = match type_ {
+        AfterStageTaskType::Approval => Some(names::approval_request_name(run, &stage.name)),
+        AfterStageTaskType::TimedWait => None,
+    };
+    AfterStageTaskStatus {
+        type_,
+        approval_request_name,
+        conditions: Vec::new(),
+    }
+}
+
+/// The integer value of the stage's sorting label on `cluster`, if the stage has one and the
+/// cluster carries it.
+fn sorting_value(
+    stage: &StageConfig,
+    cluster: &str,
+    labels: &BTreeMap<String, String>,
+) -> Result<Option<i64>, Refusal> {
+    let Some(key) = &stage.sorting_label_key else {
+        return Ok(None);
+    };
+    let Some(v) = labels.get(key) else {
+        return Ok(None);
+    };
+    v.parse::<i64>().map(Some).map_err(|_| {
+        (
+            reason::INVALID_SORTING_LABEL,
+            format!(
+                "cluster {cluster} has label {key}={v:?}, but stage {} orders its clusters by the integer value of {key}",
+                stage.name
+            ),
+        )
+    })
+}
+
+fn cluster_status(name: String) -> ClusterUpdatingStatus {
+    ClusterUpdatingStatus {
+        cluster_name: name,
+        ..Default::default()
+    }
+}
+
+fn format_labels(labels: &BTreeMap<String, String>) -> String {
+    if labels.is_empty() {
+        return "none".to_string();
+    }
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}

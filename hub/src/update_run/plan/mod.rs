@@ -1,0 +1,385 @@
+//! The UpdateRun planner: a pure function from what the hub observes (the run, its strategy,
+//! placement, bindings, the members' Works, approvals) and the time to the run's next status and
+//! the writes that move it on. No API server, no clock: everything it decides on is an input, and
+//! everything it must remember is in the status it returns — so a restarted hub plans the same.
+//!
+//! Every action is idempotent (pointing a Binding at an index it already has, creating an
+//! ApprovalRequest that exists, …), so performing the actions of a plan twice, or of a plan made
+//! from a slightly stale view, never updates a cluster twice or out of order.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use fleethub_crds::binding::BindingState;
+use fleethub_crds::conditions::{FALSE, NewCondition, find, is_true, set_condition};
+use fleethub_crds::strategy::StagedUpdateStrategySpec;
+use fleethub_crds::update_run::{INITIALIZED, PROGRESSING, SUCCEEDED, UpdateRunStatus, reason};
+use fleethub_crds::work::{APPLIED, AVAILABLE};
+use fleethub_crds::{Placement, UpdateRun, approval};
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+mod deletion;
+mod execute;
+mod gates;
+mod initialize;
+mod siblings;
+
+pub use siblings::SiblingRun;
+
+/// A Binding as the planner needs it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BindingView {
+    /// The bound MemberCluster.
+    pub cluster: String,
+    /// Its state.
+    pub state: BindingState,
+    /// The snapshot index it points at.
+    pub resource_snapshot_index: Option<i64>,
+    /// The UpdateRun that last pointed it.
+    pub update_run_name: Option<String>,
+    /// The health timeout it carries to the Work.
+    pub health_timeout: Option<String>,
+}
+
+impl BindingView {
+    /// The planner's view of a Binding.
+    pub fn from_binding(b: &fleethub_crds::Binding) -> Self {
+        Self {
+            cluster: b.spec.target_cluster.clone(),
+            state: b.spec.state,
+            resource_snapshot_index: b.spec.resource_snapshot_index,
+            update_run_name: b.spec.update_run_name.clone(),
+            health_timeout: b.spec.health_timeout.clone(),
+        }
+    }
+}
+
+/// A condition as the planner needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConditionView {
+    /// `True`/`False`/`Unknown`.
+    pub status: String,
+    /// CamelCase reason.
+    pub reason: String,
+    /// The member's message.
+    pub message: String,
+    /// The Work generation the condition describes.
+    pub observed_generation: Option<i64>,
+}
+
+impl ConditionView {
+    fn from(c: &Condition) -> Self {
+        Self {
+            status: c.status.clone(),
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+            observed_generation: c.observed_generation,
+        }
+    }
+}
+
+/// A member's Work for the run's placement, as the planner needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WorkView {
+    /// The snapshot index the Work carries.
+    pub index: i64,
+    /// The Work's generation.
+    pub generation: Option<i64>,
+    /// The member's `Applied` condition.
+    pub applied: Option<ConditionView>,
+    /// The member's `Available` condition.
+    pub available: Option<ConditionView>,
+    /// The index the member last applied.
+    pub applied_index: Option<i64>,
+}
+
+impl WorkView {
+    /// The planner's view of a Work object.
+    pub fn from_work(work: &fleethub_crds::Work) -> Self {
+        let status = work.status.clone().unwrap_or_default();
+        Self {
+            index: work.spec.resource_snapshot_index,
+            generation: work.metadata.generation,
+            applied: find(&status.conditions, APPLIED).map(ConditionView::from),
+            available: find(&status.conditions, AVAILABLE).map(ConditionView::from),
+            applied_index: status.applied_resource_snapshot_index,
+        }
+    }
+}
+
+/// An ApprovalRequest as the planner needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ApprovalView {
+    /// A person set `Approved=True`.
+    pub approved: bool,
+    /// The hub set `ApprovalAccepted=True`.
+    pub accepted: bool,
+}
+
+impl ApprovalView {
+    /// The planner's view of an ApprovalRequest.
+    pub fn from_request(a: &fleethub_crds::ApprovalRequest) -> Self {
+        let conditions = a
+            .status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or_default();
+        Self {
+            approved: is_true(conditions, approval::APPROVED),
+            accepted: is_true(conditions, approval::APPROVAL_ACCEPTED),
+        }
+    }
+}
+
+/// Everything the planner looks at.
+#[derive(Debug, Clone)]
+pub struct Observed<'a> {
+    /// The run.
+    pub run: &'a UpdateRun,
+    /// The strategy the run names, if it exists (only read at initialization).
+    pub strategy: Option<&'a StagedUpdateStrategySpec>,
+    /// The placement the run names, if it exists.
+    pub placement: Option<&'a Placement>,
+    /// Whether the placement has a ResourceSnapshot at the run's index.
+    pub snapshot_exists: bool,
+    /// Every MemberCluster's labels.
+    pub cluster_labels: BTreeMap<String, BTreeMap<String, String>>,
+    /// MemberClusters whose agent is not heartbeating (`Healthy=False`), with the condition's
+    /// message: named when one of their updates times out.
+    pub unhealthy_members: BTreeMap<String, String>,
+    /// The placement's bindings.
+    pub bindings: Vec<BindingView>,
+    /// The placement's Works, by member cluster.
+    pub works: BTreeMap<String, WorkView>,
+    /// ApprovalRequests by name.
+    pub approvals: BTreeMap<String, ApprovalView>,
+    /// The runs of the same placement (this run among them or not): which of them this run
+    /// waits for and which supersede it is decided by [`siblings::order`].
+    pub siblings: Vec<SiblingRun>,
+    /// Now.
+    pub now: Timestamp,
+}
+
+/// A write that moves the run on. All are idempotent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Point the cluster's Binding at the run's snapshot index (state Bound).
+    Bind {
+        /// The MemberCluster.
+        cluster: String,
+        /// The resource snapshot index.
+        index: i64,
+    },
+    /// Create the ApprovalRequest `name` for `stage` unless it exists.
+    CreateApproval {
+        /// `<run>-<stage>`.
+        name: String,
+        /// The stage it gates.
+        stage: String,
+    },
+    /// Set `ApprovalAccepted=True` on an approved request.
+    AcceptApproval {
+        /// The request.
+        name: String,
+    },
+    /// Remove the placement's workload from a cluster it no longer selects (delete its Binding).
+    Unbind {
+        /// The MemberCluster.
+        cluster: String,
+    },
+}
+
+/// Something worth a Kubernetes Event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanEvent {
+    /// A Warning rather than Normal event.
+    pub warning: bool,
+    /// CamelCase reason.
+    pub reason: &'static str,
+    /// A sentence.
+    pub message: String,
+    /// How long what just finished took (a cluster update, a stage, an approval wait).
+    pub seconds: Option<i64>,
+}
+
+/// What to do next.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The run's new status.
+    pub status: UpdateRunStatus,
+    /// Writes to perform before the status is written.
+    pub actions: Vec<Action>,
+    /// Reconcile again after this long at the latest (a timer is pending).
+    pub requeue_after: Option<Duration>,
+    /// Transitions to record as events.
+    pub events: Vec<PlanEvent>,
+}
+
+/// Plans the run's next step.
+pub fn plan(o: &Observed<'_>) -> Plan {
+    let (earlier, later) = siblings::order(&SiblingRun::of(o.run), &o.siblings);
+    let mut p = Planner {
+        o,
+        index: o.run.spec.snapshot_index().ok(),
+        earlier: earlier.first().map(|s| s.to_string()),
+        later: later.first().map(|s| s.to_string()),
+        generation: o.run.metadata.generation,
+        status: o.run.status.clone().unwrap_or_default(),
+        actions: Vec::new(),
+        requeue: None,
+        events: Vec::new(),
+    };
+    p.run();
+    Plan {
+        status: p.status,
+        actions: p.actions,
+        requeue_after: p.requeue,
+        events: p.events,
+    }
+}
+
+struct Planner<'a, 'o> {
+    o: &'a Observed<'o>,
+    /// The run's snapshot index (None: unreadable, which fails initialization).
+    index: Option<i64>,
+    /// The oldest earlier run of the placement this run waits for.
+    earlier: Option<String>,
+    /// The oldest later run of the placement that supersedes this one.
+    later: Option<String>,
+    generation: Option<i64>,
+    status: UpdateRunStatus,
+    actions: Vec<Action>,
+    requeue: Option<Duration>,
+    events: Vec<PlanEvent>,
+}
+
+impl Planner<'_, '_> {
+    fn run_name(&self) -> &str {
+        self.o.run.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// Whether `cluster`'s binding already points at `index` for this run (with its health
+    /// timeout).
+    fn bound_by_this_run(&self, cluster: &str, index: i64) -> bool {
+        self.o.bindings.iter().any(|b| {
+            b.cluster == cluster
+                && b.state == BindingState::Bound
+                && b.resource_snapshot_index == Some(index)
+                && b.update_run_name.as_deref() == Some(self.run_name())
+                && b.health_timeout == self.o.run.spec.health_timeout
+        })
+    }
+
+    /// The snapshot index of an initialized run (initialization refuses an unreadable one).
+    fn index(&self) -> i64 {
+        self.index.unwrap_or(-1)
+    }
+
+    fn cond(
+        &self,
+        type_: &'static str,
+        status: &'static str,
+        reason: &'static str,
+        message: String,
+    ) -> NewCondition<'static> {
+        NewCondition::new(type_, status, reason, message, self.generation)
+    }
+
+    fn set_run(
+        &mut self,
+        type_: &'static str,
+        status: &'static str,
+        reason: &'static str,
+        message: String,
+    ) {
+        let c = self.cond(type_, status, reason, message);
+        set_condition(&mut self.status.conditions, c, self.o.now);
+    }
+
+    fn event(&mut self, warning: bool, reason: &'static str, message: String) {
+        self.events.push(PlanEvent {
+            warning,
+            reason,
+            message,
+            seconds: None,
+        });
+    }
+
+    /// An event about something that finished, having started at `since`.
+    fn timed_event(&mut self, reason: &'static str, message: String, since: Option<Timestamp>) {
+        let seconds = since.map(|t| self.o.now.as_second() - t.as_second());
+        self.events.push(PlanEvent {
+            warning: false,
+            reason,
+            message,
+            seconds,
+        });
+    }
+
+    fn requeue_at(&mut self, at: Timestamp) {
+        let secs = at.as_second().saturating_sub(self.o.now.as_second()).max(1) as u64;
+        let d = Duration::from_secs(secs);
+        self.requeue = Some(self.requeue.map_or(d, |r| r.min(d)));
+    }
+
+    fn run(&mut self) {
+        if find(&self.status.conditions, SUCCEEDED).is_some() {
+            return; // finished, one way or the other
+        }
+        if let Some(later) = self.later.clone() {
+            // A newer run of the same placement supersedes this one: stop where we are, write
+            // nothing more, and end, so the newer run starts from what the clusters run now.
+            let message = format!(
+                "superseded by UpdateRun {later}, created later for Placement {}; clusters keep what they run, and {later} continues from there",
+                self.o.run.spec.placement_name
+            );
+            self.set_run(PROGRESSING, FALSE, reason::SUPERSEDED, message.clone());
+            self.set_run(SUCCEEDED, FALSE, reason::SUPERSEDED, message.clone());
+            self.status.end_time = Some(Time(self.o.now));
+            self.event(false, reason::SUPERSEDED, message);
+            return;
+        }
+        if !is_true(&self.status.conditions, INITIALIZED) {
+            match self.initialize() {
+                Ok(()) => {}
+                Err((reason::WAITING_FOR_PREVIOUS_RUN, message)) => {
+                    // Not final: initialization is tried again once the earlier run has ended.
+                    let first = find(&self.status.conditions, INITIALIZED)
+                        .is_none_or(|c| c.reason != reason::WAITING_FOR_PREVIOUS_RUN);
+                    self.set_run(
+                        INITIALIZED,
+                        FALSE,
+                        reason::WAITING_FOR_PREVIOUS_RUN,
+                        message.clone(),
+                    );
+                    self.set_run(
+                        PROGRESSING,
+                        FALSE,
+                        reason::WAITING_FOR_PREVIOUS_RUN,
+                        message.clone(),
+                    );
+                    if first {
+                        self.event(false, reason::WAITING_FOR_PREVIOUS_RUN, message);
+                    }
+                    return;
+                }
+                Err((why, message)) => {
+                    self.set_run(INITIALIZED, FALSE, why, message.clone());
+                    self.set_run(
+                        PROGRESSING,
+                        FALSE,
+                        reason::INITIALIZATION_FAILED,
+                        message.clone(),
+                    );
+                    self.set_run(SUCCEEDED, FALSE, reason::FAILED, message.clone());
+                    self.status.end_time = Some(Time(self.o.now));
+                    self.event(true, why, message);
+                    return;
+                }
+            }
+        }
+        self.status.observed_generation = self.generation;
+        self.execute();
+    }
+}
