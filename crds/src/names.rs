@@ -46,6 +46,11 @@ pub fn approval_request_name(run: &str, stage: &str) -> String {
     format!("{run}-{stage}")
 }
 
+/// The ApprovalRequest an UpdateRun creates for the before-stage Approval task of `stage`.
+pub fn before_stage_approval_request_name(run: &str, stage: &str) -> String {
+    format!("{run}-before-{stage}")
+}
+
 /// The (first) ResourceSnapshot of `placement` at resource index `index`. When a snapshot's
 /// content is split over several objects, part `n > 0` is [`resource_snapshot_part_name`].
 pub fn resource_snapshot_name(placement: &str, index: u64) -> String {
@@ -101,6 +106,10 @@ mod tests {
         assert_eq!(cluster_of_namespace("fleet-member-"), None);
         assert_eq!(cluster_of_namespace("default"), None);
         assert_eq!(approval_request_name("run", "canary"), "run-canary");
+        assert_eq!(
+            before_stage_approval_request_name("run", "canary"),
+            "run-before-canary"
+        );
         assert_eq!(resource_snapshot_name("web", 3), "web-3-snapshot");
         assert_eq!(resource_snapshot_part_name("web", 3, 0), "web-3-snapshot");
         assert_eq!(resource_snapshot_part_name("web", 3, 2), "web-3-snapshot-2");

@@ -13,11 +13,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
 use crate::conditions::{FALSE, TRUE, find, is_true};
-use crate::strategy::{AfterStageTask, AfterStageTaskType, StageConfig};
+use crate::strategy::{StageConfig, StageTask, StageTaskType};
 use crate::update_run::{
-    APPROVAL_REQUEST_APPROVED, APPROVAL_REQUEST_CREATED, AfterStageTaskStatus, CLUSTER_STARTED,
-    ClusterUpdatingStatus, INITIALIZED, PROGRESSING, SUCCEEDED, StageUpdatingStatus,
-    UpdateRunState, WAIT_TIME_ELAPSED, reason,
+    APPROVAL_REQUEST_APPROVED, APPROVAL_REQUEST_CREATED, CLUSTER_STARTED, ClusterUpdatingStatus,
+    INITIALIZED, METRIC_CHECK_PASSED, MetricCheckResult, PROGRESSING, SUCCEEDED, StageTaskStatus,
+    StageUpdatingStatus, UpdateRunState, WAIT_TIME_ELAPSED, reason,
 };
 use crate::{ApprovalRequest, UpdateRun, approval, duration};
 
@@ -192,6 +192,8 @@ pub struct StageProgress {
     pub ended: Option<Timestamp>,
     /// Its clusters, in update order.
     pub clusters: Vec<ClusterProgress>,
+    /// Its before-stage tasks (its clusters start once they passed), in the strategy's order.
+    pub before_tasks: Vec<TaskProgress>,
     /// Its after-stage tasks, in the strategy's order.
     pub tasks: Vec<TaskProgress>,
 }
@@ -240,6 +242,29 @@ pub enum TaskProgress {
         /// The run took the approval into account (`ApprovalRequestApproved=True`).
         recorded: bool,
     },
+    /// A Prometheus query that must return data several checks in a row.
+    MetricCheck {
+        /// The Prometheus base URL.
+        url: String,
+        /// The query as sent (placeholders expanded).
+        query: String,
+        /// Consecutive passing checks so far.
+        passes: i32,
+        /// Consecutive passes needed.
+        threshold: i32,
+        /// The last check's outcome, and its value or error.
+        last: Option<(MetricCheckResult, String)>,
+        /// When the last check was made.
+        last_check: Option<Timestamp>,
+        /// When the next check is due.
+        next_check: Option<Timestamp>,
+        /// When the gate was reached.
+        reached: Option<Timestamp>,
+        /// When it passed.
+        passed_at: Option<Timestamp>,
+        /// What the run says about it (its `MetricCheckPassed` condition's message).
+        message: String,
+    },
 }
 
 impl TaskProgress {
@@ -256,6 +281,9 @@ impl TaskProgress {
                 recorded,
                 ..
             } => requested_at.is_some() && *request_exists && approval.is_none() && !recorded,
+            TaskProgress::MetricCheck {
+                reached, passed_at, ..
+            } => reached.is_some() && passed_at.is_none(),
         }
     }
 }
@@ -394,21 +422,14 @@ fn stage(
     config: Option<&StageConfig>,
     approvals: &BTreeMap<String, &ApprovalRequest>,
 ) -> StageProgress {
-    let configs = config
-        .map(|c| c.after_stage_tasks.as_slice())
-        .unwrap_or_default();
-    let mut tasks: Vec<(usize, TaskProgress)> = s
-        .after_stage_task_status
-        .iter()
-        .map(|t| {
-            let position = configs.iter().position(|c| c.type_ == t.type_);
-            let config = position.map(|p| &configs[p]);
-            let progress = task(t, config, s.clusters_completed_time.as_ref(), approvals);
-            (position.unwrap_or(usize::MAX), progress)
+    let (before, after) = config
+        .map(|c| {
+            (
+                c.before_stage_tasks.as_slice(),
+                c.after_stage_tasks.as_slice(),
+            )
         })
-        .collect();
-    // In the strategy's order (runs initialized by older hubs list them by type).
-    tasks.sort_by_key(|(position, _)| *position);
+        .unwrap_or_default();
     let message = find(&s.conditions, SUCCEEDED)
         .or_else(|| find(&s.conditions, PROGRESSING))
         .map(|c| c.message.clone())
@@ -421,8 +442,37 @@ fn stage(
         clusters_completed: time(s.clusters_completed_time.as_ref()),
         ended: time(s.end_time.as_ref()),
         clusters: s.clusters.iter().map(cluster).collect(),
-        tasks: tasks.into_iter().map(|(_, t)| t).collect(),
+        before_tasks: tasks(&s.before_stage_task_status, before, None, approvals),
+        tasks: tasks(
+            &s.after_stage_task_status,
+            after,
+            s.clusters_completed_time.as_ref(),
+            approvals,
+        ),
     }
+}
+
+/// One side's tasks, in the strategy's order (runs initialized by older hubs list them by
+/// type).
+fn tasks(
+    statuses: &[StageTaskStatus],
+    configs: &[StageTask],
+    reached: Option<&Time>,
+    approvals: &BTreeMap<String, &ApprovalRequest>,
+) -> Vec<TaskProgress> {
+    let mut tasks: Vec<(usize, TaskProgress)> = statuses
+        .iter()
+        .map(|t| {
+            let position = configs.iter().position(|c| c.type_ == t.type_);
+            let config = position.map(|p| &configs[p]);
+            (
+                position.unwrap_or(usize::MAX),
+                task(t, config, reached, approvals),
+            )
+        })
+        .collect();
+    tasks.sort_by_key(|(position, _)| *position);
+    tasks.into_iter().map(|(_, t)| t).collect()
 }
 
 fn cluster(c: &ClusterUpdatingStatus) -> ClusterProgress {
@@ -445,13 +495,13 @@ fn cluster(c: &ClusterUpdatingStatus) -> ClusterProgress {
 }
 
 fn task(
-    t: &AfterStageTaskStatus,
-    config: Option<&AfterStageTask>,
+    t: &StageTaskStatus,
+    config: Option<&StageTask>,
     clusters_completed: Option<&Time>,
     approvals: &BTreeMap<String, &ApprovalRequest>,
 ) -> TaskProgress {
     match t.type_ {
-        AfterStageTaskType::TimedWait => {
+        StageTaskType::TimedWait => {
             let wait_time = config.and_then(|c| c.wait_time.clone()).unwrap_or_default();
             let wait = duration::parse(&wait_time).ok();
             TaskProgress::TimedWait {
@@ -463,7 +513,7 @@ fn task(
                 wait,
             }
         }
-        AfterStageTaskType::Approval => {
+        StageTaskType::Approval => {
             let request = t.approval_request_name.clone();
             let object = request.as_ref().and_then(|n| approvals.get(n));
             TaskProgress::Approval {
@@ -472,6 +522,24 @@ fn task(
                 approval: object.and_then(|a| Approval::of(a)),
                 recorded: is_true(&t.conditions, APPROVAL_REQUEST_APPROVED),
                 request,
+            }
+        }
+        StageTaskType::MetricCheck => {
+            let spec = config.and_then(|c| c.metric_check.as_ref());
+            let checks = t.metric_check.clone().unwrap_or_default();
+            TaskProgress::MetricCheck {
+                url: spec.map(|m| m.url.clone()).unwrap_or_default(),
+                query: checks.query,
+                passes: checks.consecutive_passes,
+                threshold: spec.and_then(|m| m.success_threshold).unwrap_or(1),
+                last: checks.last_result.zip(checks.last_value),
+                last_check: time(checks.last_check_time.as_ref()),
+                next_check: time(checks.next_check_time.as_ref()),
+                reached: time(checks.start_time.as_ref()),
+                passed_at: true_since(&t.conditions, METRIC_CHECK_PASSED),
+                message: find(&t.conditions, METRIC_CHECK_PASSED)
+                    .map(|c| c.message.clone())
+                    .unwrap_or_default(),
             }
         }
     }

@@ -76,6 +76,7 @@ fn waiting_run() -> UpdateRun {
         stages_status: vec![
             StageUpdatingStatus {
                 stage_name: "staging".into(),
+                before_stage_task_status: vec![],
                 clusters: vec![cluster(
                     "stage-a",
                     vec![
@@ -83,9 +84,10 @@ fn waiting_run() -> UpdateRun {
                         cond(SUCCEEDED, TRUE, reason::CLUSTER_SUCCEEDED, "ok", "00:30"),
                     ],
                 )],
-                after_stage_task_status: vec![AfterStageTaskStatus {
-                    type_: AfterStageTaskType::TimedWait,
+                after_stage_task_status: vec![StageTaskStatus {
+                    type_: StageTaskType::TimedWait,
                     approval_request_name: None,
+                    metric_check: None,
                     conditions: vec![cond(
                         WAIT_TIME_ELAPSED,
                         TRUE,
@@ -107,6 +109,7 @@ fn waiting_run() -> UpdateRun {
             },
             StageUpdatingStatus {
                 stage_name: "canary".into(),
+                before_stage_task_status: vec![],
                 clusters: vec![
                     cluster(
                         "canary-a",
@@ -131,14 +134,16 @@ fn waiting_run() -> UpdateRun {
                 ],
                 // Listed by type, as hubs before the shared model wrote them.
                 after_stage_task_status: vec![
-                    AfterStageTaskStatus {
-                        type_: AfterStageTaskType::TimedWait,
+                    StageTaskStatus {
+                        type_: StageTaskType::TimedWait,
                         approval_request_name: None,
+                        metric_check: None,
                         conditions: vec![],
                     },
-                    AfterStageTaskStatus {
-                        type_: AfterStageTaskType::Approval,
+                    StageTaskStatus {
+                        type_: StageTaskType::Approval,
                         approval_request_name: Some("r1-canary".into()),
+                        metric_check: None,
                         conditions: vec![cond(
                             APPROVAL_REQUEST_CREATED,
                             TRUE,
@@ -161,12 +166,14 @@ fn waiting_run() -> UpdateRun {
             },
             StageUpdatingStatus {
                 stage_name: "production".into(),
+                before_stage_task_status: vec![],
                 clusters: vec![cluster("prod-a", vec![])],
                 ..Default::default()
             },
         ],
         deletion_stage_status: Some(StageUpdatingStatus {
             stage_name: crate::update_run::DELETION_STAGE.into(),
+            before_stage_task_status: vec![],
             clusters: vec![cluster("gone", vec![])],
             ..Default::default()
         }),

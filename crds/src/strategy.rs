@@ -15,7 +15,7 @@ pub const MAX_STAGES: usize = 31;
 
 /// A reusable, ordered list of stages that an UpdateRun walks: each stage selects member clusters
 /// by label, updates them in the order of an integer sorting label (else by name), at most
-/// maxConcurrency at a time, and is gated by up to two after-stage tasks.
+/// maxConcurrency at a time, and is gated by tasks before it starts and after its clusters are done.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "fleethub.dev",
@@ -48,6 +48,7 @@ pub struct StagedUpdateStrategySpec {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!has(self.afterStageTasks) || self.afterStageTasks.all(t, self.afterStageTasks.exists_one(u, u.type == t.type))").message("afterStageTasks may hold at most one task of each type"))]
+#[x_kube(validation = Rule::new("!has(self.beforeStageTasks) || self.beforeStageTasks.all(t, self.beforeStageTasks.exists_one(u, u.type == t.type))").message("beforeStageTasks may hold at most one task of each type"))]
 pub struct StageConfig {
     /// The stage's name: a DNS label (lower-case letters, digits, '-'), unique in the strategy.
     /// ApprovalRequests are named `<run>-<stage>`.
@@ -76,32 +77,43 @@ pub struct StageConfig {
     #[schemars(schema_with = "int_or_percent")]
     #[x_kube(validation = Rule::new("type(self) != int || self >= 1").message("maxConcurrency must be an integer of at least 1 or a percentage from 1% to 100%"))]
     pub max_concurrency: Option<IntOrString>,
-    /// Tasks that must all pass after the stage's clusters are done and before the next stage
-    /// starts: at most two, at most one of each type.
+    /// Tasks that must all pass before the stage's first cluster starts: `Approval`
+    /// (ApprovalRequest `<run>-before-<stage>`) and `MetricCheck`, at most one of each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 2))]
-    pub after_stage_tasks: Vec<AfterStageTask>,
+    #[x_kube(validation = Rule::new("self.all(t, t.type != 'TimedWait')").message("beforeStageTasks may hold Approval and MetricCheck tasks only (a soak belongs after a stage)"))]
+    pub before_stage_tasks: Vec<StageTask>,
+    /// Tasks that must all pass after the stage's clusters are done and before the next stage
+    /// starts: `TimedWait`, `Approval` (ApprovalRequest `<run>-<stage>`) and `MetricCheck`, at
+    /// most one of each type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 3))]
+    pub after_stage_tasks: Vec<StageTask>,
 }
 
-/// The kinds of after-stage task.
+/// The kinds of stage task (a gate before or after a stage).
 #[derive(
     JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord,
 )]
-pub enum AfterStageTaskType {
-    /// Wait for waitTime, measured from when the stage's clusters finished.
+pub enum StageTaskType {
+    /// After a stage only: wait for waitTime, measured from when the stage's clusters finished.
     TimedWait,
-    /// Wait for a person to approve the ApprovalRequest `<run>-<stage>`.
+    /// Wait for a person to approve the ApprovalRequest `<run>-<stage>` (after the stage) or
+    /// `<run>-before-<stage>` (before it).
     Approval,
+    /// Wait until a Prometheus query returns data for successThreshold consecutive checks.
+    MetricCheck,
 }
 
-/// A gate between a stage and the next.
+/// A gate before a stage or between a stage and the next.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("self.type == 'TimedWait' ? has(self.waitTime) : !has(self.waitTime)").message("waitTime is required for a TimedWait task and forbidden for an Approval task"))]
-pub struct AfterStageTask {
-    /// `TimedWait` or `Approval`.
+#[x_kube(validation = Rule::new("self.type == 'TimedWait' ? has(self.waitTime) : !has(self.waitTime)").message("waitTime is required for a TimedWait task and forbidden for an Approval task or a MetricCheck task"))]
+#[x_kube(validation = Rule::new("self.type == 'MetricCheck' ? has(self.metricCheck) : !has(self.metricCheck)").message("metricCheck is required for a MetricCheck task and forbidden for other task types"))]
+pub struct StageTask {
+    /// `TimedWait`, `Approval` or `MetricCheck`.
     #[serde(rename = "type")]
-    pub type_: AfterStageTaskType,
+    pub type_: StageTaskType,
     /// For TimedWait: how long to wait, like `30s`, `5m` or `1h30m`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
@@ -110,6 +122,54 @@ pub struct AfterStageTask {
     )]
     #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("waitTime must be longer than 0s"))]
     pub wait_time: Option<String>,
+    /// For MetricCheck: the Prometheus query and how often it must pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric_check: Option<MetricCheck>,
+}
+
+/// A Prometheus query gating a stage, with alerting semantics: a query that returns data
+/// passes, an empty result fails, an error never passes.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricCheck {
+    /// The Prometheus base URL, e.g. `http://prometheus.monitoring:9090`.
+    #[schemars(length(min = 8, max = 2048), regex(pattern = r"^https?://[^\s]+$"))]
+    pub url: String,
+    /// A PromQL instant query, e.g. `sum(rate(http_errors_total{cluster=~"$clusters"}[5m])) <
+    /// 0.01`. `$clusters` becomes a regex matching the stage's cluster names (`a|b|c`), `$stage`
+    /// the stage's name and `$run` the UpdateRun's. A query that does not parse fails the run
+    /// at initialization.
+    #[schemars(length(min = 1, max = 4096))]
+    pub query: String,
+    /// How long to wait after the gate is reached before the first check (default `0s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 2, max = 20),
+        regex(pattern = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$")
+    )]
+    pub initial_delay: Option<String>,
+    /// How long between checks (default `30s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 2, max = 20),
+        regex(pattern = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$")
+    )]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("interval must be longer than 0s"))]
+    pub interval: Option<String>,
+    /// How many consecutive checks must pass (default 1); a failing check starts the count
+    /// again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub success_threshold: Option<i32>,
+    /// How long the gate may wait from when it was reached; still not passed then, the run
+    /// fails (an auto-update then rolls back). Unset: it waits until it passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 2, max = 20),
+        regex(pattern = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$")
+    )]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("timeout must be longer than 0s"))]
+    pub timeout: Option<String>,
 }
 
 /// Observed state of a strategy (reserved; strategies are plain configuration).

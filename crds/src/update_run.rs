@@ -7,7 +7,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::strategy::{AfterStageTaskType, StagedUpdateStrategySpec};
+use crate::strategy::{StageTaskType, StagedUpdateStrategySpec};
 
 /// Condition type: the run froze its strategy and cluster plan into status.
 pub const INITIALIZED: &str = "Initialized";
@@ -23,6 +23,8 @@ pub const WAIT_TIME_ELAPSED: &str = "WaitTimeElapsed";
 pub const APPROVAL_REQUEST_CREATED: &str = "ApprovalRequestCreated";
 /// After-stage task condition type: a person approved and the run took it into account.
 pub const APPROVAL_REQUEST_APPROVED: &str = "ApprovalRequestApproved";
+/// MetricCheck task condition type: the query passed successThreshold consecutive checks.
+pub const METRIC_CHECK_PASSED: &str = "MetricCheckPassed";
 
 /// Name of the final stage (`status.deletionStageStatus`) that removes the workload from
 /// clusters the placement no longer selects.
@@ -84,6 +86,16 @@ pub mod reason {
     pub const APPROVAL_CREATED: &str = "AfterStageTaskApprovalRequestCreated";
     /// Approval ApprovalRequestApproved=True.
     pub const APPROVAL_APPROVED: &str = "AfterStageTaskApprovalRequestApproved";
+    /// MetricCheckPassed=False: not checked yet, or fewer passes than successThreshold.
+    pub const METRIC_CHECK_WAITING: &str = "MetricCheckWaiting";
+    /// MetricCheckPassed=False: the last check failed (no data, or an error).
+    pub const METRIC_CHECK_FAILING: &str = "MetricCheckFailing";
+    /// MetricCheckPassed=True.
+    pub const METRIC_CHECK_SUCCEEDED: &str = "MetricCheckSucceeded";
+    /// MetricCheckPassed=False, and the run's Succeeded=False: not passed within its timeout.
+    pub const METRIC_CHECK_TIMED_OUT: &str = "MetricCheckTimedOut";
+    /// Initialized=False: a MetricCheck's query does not parse as PromQL.
+    pub const INVALID_METRIC_QUERY: &str = "InvalidMetricQuery";
 
     /// Initialized=False: the Placement does not exist.
     pub const PLACEMENT_NOT_FOUND: &str = "PlacementNotFound";
@@ -231,9 +243,13 @@ pub struct StageUpdatingStatus {
     /// The stage's clusters, in update order.
     #[serde(default)]
     pub clusters: Vec<ClusterUpdatingStatus>,
+    /// The stage's before-stage tasks and their progress (the stage's clusters start once
+    /// they all passed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub before_stage_task_status: Vec<StageTaskStatus>,
     /// The stage's after-stage tasks and their progress.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub after_stage_task_status: Vec<AfterStageTaskStatus>,
+    pub after_stage_task_status: Vec<StageTaskStatus>,
     /// `Progressing` (False with reason StageUpdatingWaiting while gates are pending) and
     /// `Succeeded`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -268,18 +284,60 @@ pub struct ClusterUpdatingStatus {
     pub end_time: Option<Time>,
 }
 
-/// An after-stage task's progress.
+/// A stage task's progress.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct AfterStageTaskStatus {
-    /// `TimedWait` or `Approval`.
+pub struct StageTaskStatus {
+    /// `TimedWait`, `Approval` or `MetricCheck`.
     #[serde(rename = "type")]
-    pub type_: AfterStageTaskType,
+    pub type_: StageTaskType,
     /// For Approval: the ApprovalRequest a person approves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_request_name: Option<String>,
-    /// `WaitTimeElapsed`; `ApprovalRequestCreated` and `ApprovalRequestApproved`.
+    /// For MetricCheck: the checks so far (kept here so a restarted hub continues the count
+    /// instead of passing early).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric_check: Option<MetricCheckStatus>,
+    /// `WaitTimeElapsed`; `ApprovalRequestCreated` and `ApprovalRequestApproved`;
+    /// `MetricCheckPassed`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+}
+
+/// The checks of a MetricCheck task.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricCheckStatus {
+    /// The query as sent: `$clusters`, `$stage` and `$run` expanded.
+    pub query: String,
+    /// When the gate was reached; initialDelay and timeout count from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// Consecutive passing checks, up to successThreshold.
+    #[serde(default)]
+    pub consecutive_passes: i32,
+    /// `Pass` (data), `NoData` or `Error` (Prometheus unreachable or the query refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_result: Option<MetricCheckResult>,
+    /// The first sample's value of the last passing check, or what went wrong.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_value: Option<String>,
+    /// When the last check was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_check_time: Option<Time>,
+    /// When the next check is due.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_check_time: Option<Time>,
+}
+
+/// The outcome of one metric check.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetricCheckResult {
+    /// The query returned data.
+    Pass,
+    /// The query returned no data.
+    NoData,
+    /// Prometheus could not be reached or refused the query.
+    Error,
 }

@@ -113,6 +113,37 @@ async fn the_reference_three_stage_strategy_is_accepted_and_round_trips() {
     api.delete(&name, &Default::default()).await.unwrap();
 }
 
+#[tokio::test]
+async fn gates_before_a_stage_and_metric_checks_are_accepted_and_round_trip() {
+    let hub = Fleet::get().unwrap().hub().await.unwrap();
+    let api: Api<StagedUpdateStrategy> = Api::all(hub);
+    let name = unique_name("gated");
+    let strategy: StagedUpdateStrategy = serde_json::from_value(json!({
+        "apiVersion": "fleethub.dev/v1alpha1", "kind": "StagedUpdateStrategy",
+        "metadata": {"name": name}, "spec": {"stages": [
+            {"name": "canary", "labelSelector": {"matchLabels": {"environment": "canary"}},
+             "beforeStageTasks": [
+                 {"type": "Approval"},
+                 {"type": "MetricCheck", "metricCheck": {"url": "http://127.0.0.1:17310", "query": "up"}}],
+             "afterStageTasks": [
+                 {"type": "MetricCheck", "metricCheck": {
+                     "url": "https://prometheus.monitoring:9090",
+                     "query": "sum(rate(http_errors_total{cluster=~\"$clusters\"}[5m])) < 0.01",
+                     "initialDelay": "30s", "interval": "15s", "successThreshold": 3, "timeout": "10m"}},
+                 {"type": "Approval"},
+                 {"type": "TimedWait", "waitTime": "1m"}]}
+        ]},
+    }))
+    .unwrap();
+    let created = api.create(&PostParams::default(), &strategy).await;
+    let _ = api.delete(&name, &Default::default()).await;
+    assert_eq!(
+        created.unwrap().spec,
+        strategy.spec,
+        "the API server changed the strategy"
+    );
+}
+
 /// Each case: a description, the kind, the object's name, its spec, and the texts the API
 /// server's rejection must contain (the first one is the offending field's path).
 fn invalid_cases() -> Vec<(&'static str, &'static str, String, Value, Vec<&'static str>)> {
@@ -151,13 +182,92 @@ fn invalid_cases() -> Vec<(&'static str, &'static str, String, Value, Vec<&'stat
             vec!["spec.stages", "at least 1 items"],
         ),
         (
-            "three after-stage tasks",
+            "four after-stage tasks",
             "StagedUpdateStrategy",
             n(),
             stage(
-                json!({"afterStageTasks": [{"type": "Approval"}, {"type": "TimedWait", "waitTime": "1m"}, {"type": "Approval"}]}),
+                json!({"afterStageTasks": [{"type": "Approval"}, {"type": "TimedWait", "waitTime": "1m"}, {"type": "Approval"}, {"type": "Approval"}]}),
             ),
-            vec!["spec.stages[0].afterStageTasks", "at most 2 items"],
+            vec!["spec.stages[0].afterStageTasks", "at most 3 items"],
+        ),
+        (
+            "a soak before a stage",
+            "StagedUpdateStrategy",
+            n(),
+            stage(json!({"beforeStageTasks": [{"type": "TimedWait", "waitTime": "1m"}]})),
+            vec![
+                "spec.stages[0].beforeStageTasks",
+                "beforeStageTasks may hold Approval and MetricCheck tasks only",
+            ],
+        ),
+        (
+            "two approvals before a stage",
+            "StagedUpdateStrategy",
+            n(),
+            stage(json!({"beforeStageTasks": [{"type": "Approval"}, {"type": "Approval"}]})),
+            vec![
+                "spec.stages[0]",
+                "beforeStageTasks may hold at most one task of each type",
+            ],
+        ),
+        (
+            "MetricCheck without metricCheck",
+            "StagedUpdateStrategy",
+            n(),
+            stage(json!({"afterStageTasks": [{"type": "MetricCheck"}]})),
+            vec![
+                "spec.stages[0].afterStageTasks[0]",
+                "metricCheck is required for a MetricCheck task",
+            ],
+        ),
+        (
+            "metricCheck on an Approval",
+            "StagedUpdateStrategy",
+            n(),
+            stage(
+                json!({"beforeStageTasks": [{"type": "Approval", "metricCheck": {"url": "http://p:9090", "query": "up"}}]}),
+            ),
+            vec![
+                "spec.stages[0].beforeStageTasks[0]",
+                "forbidden for other task types",
+            ],
+        ),
+        (
+            "metricCheck without a query",
+            "StagedUpdateStrategy",
+            n(),
+            stage(
+                json!({"afterStageTasks": [{"type": "MetricCheck", "metricCheck": {"url": "http://p:9090"}}]}),
+            ),
+            vec![
+                "spec.stages[0].afterStageTasks[0].metricCheck.query",
+                "Required value",
+            ],
+        ),
+        (
+            "metricCheck URL without a scheme",
+            "StagedUpdateStrategy",
+            n(),
+            stage(
+                json!({"afterStageTasks": [{"type": "MetricCheck", "metricCheck": {"url": "prometheus:9090", "query": "up"}}]}),
+            ),
+            vec![
+                "spec.stages[0].afterStageTasks[0].metricCheck.url",
+                "should match",
+            ],
+        ),
+        (
+            "metricCheck with a zero interval and no passes",
+            "StagedUpdateStrategy",
+            n(),
+            stage(
+                json!({"afterStageTasks": [{"type": "MetricCheck", "metricCheck": {"url": "http://p:9090", "query": "up", "interval": "0s", "successThreshold": 0}}]}),
+            ),
+            vec![
+                "spec.stages[0].afterStageTasks[0].metricCheck.interval",
+                "interval must be longer than 0s",
+                "spec.stages[0].afterStageTasks[0].metricCheck.successThreshold",
+            ],
         ),
         (
             "two TimedWait tasks",

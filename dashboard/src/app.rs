@@ -780,6 +780,19 @@ fn stage_view(s: StageView, can_approve: bool) -> impl IntoView {
                         .collect_view()}
                 </tbody>
             </table>
+            {(!s.before_tasks.is_empty())
+                .then(|| {
+                    view! {
+                        <ul class="tasks before">
+                            <li class="caption">"Before the clusters start:"</li>
+                            {s
+                                .before_tasks
+                                .into_iter()
+                                .map(|t| task_view(t, can_approve))
+                                .collect_view()}
+                        </ul>
+                    }
+                })}
             {(!s.tasks.is_empty())
                 .then(|| {
                     view! {
@@ -871,6 +884,47 @@ fn task_view(t: TaskView, can_approve: bool) -> impl IntoView {
                     {state}
                     " "
                     {button}
+                </li>
+            }
+            .into_any()
+        }
+        TaskView::MetricCheck {
+            url,
+            query,
+            passes,
+            threshold,
+            last,
+            next_check,
+            reached,
+            passed,
+            message,
+        } => {
+            let state = match (passed, reached) {
+                (true, _) => view! { <span class="badge good">"Passed"</span> }.into_any(),
+                (false, true) => view! { <span class="badge wait">"Checking"</span> }.into_any(),
+                (false, false) => {
+                    view! { <span class="badge idle">"Not reached yet"</span> }.into_any()
+                }
+            };
+            let last = last.map(|(value, ok)| {
+                view! {
+                    " last: "
+                    <span class={if ok { "badge good" } else { "badge bad" }}>{value}</span>
+                }
+            });
+            let next = next_check.filter(|_| !passed).map(|n| {
+                view! { " next check " <span class="countdown">{move || countdown(n, live.now.get())}</span> }
+            });
+            view! {
+                <li class="task" data-task="MetricCheck" title=message>
+                    <b>"Metric check"</b>
+                    " — "
+                    {state}
+                    " "
+                    <span class="passes">{format!("{passes}/{threshold} passes")}</span>
+                    {last}
+                    {next}
+                    <div class="detail"><code class="query">{query}</code> " at " {url}</div>
                 </li>
             }
             .into_any()

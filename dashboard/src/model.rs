@@ -216,6 +216,8 @@ pub struct StageView {
     pub ended: Option<i64>,
     /// Clusters in their update order.
     pub clusters: Vec<ClusterView>,
+    /// Before-stage tasks: the clusters start once they passed.
+    pub before_tasks: Vec<TaskView>,
     /// After-stage tasks.
     pub tasks: Vec<TaskView>,
 }
@@ -263,6 +265,27 @@ pub enum TaskView {
         accepted: bool,
         /// Whether the request exists and waits for a person.
         pending: bool,
+    },
+    /// A Prometheus query that must pass several checks in a row.
+    MetricCheck {
+        /// The Prometheus base URL.
+        url: String,
+        /// The query as sent.
+        query: String,
+        /// Consecutive passes so far.
+        passes: i32,
+        /// Consecutive passes needed.
+        threshold: i32,
+        /// The last check's value (or what went wrong), and whether it passed.
+        last: Option<(String, bool)>,
+        /// When the next check is due, unix seconds.
+        next_check: Option<i64>,
+        /// Whether the gate was reached.
+        reached: bool,
+        /// Whether it passed.
+        passed: bool,
+        /// What the run says about it.
+        message: String,
     },
 }
 

@@ -25,6 +25,13 @@ pub struct ControllerLabels {
     pub controller: &'static str,
 }
 
+/// Labels of a metric gate's check.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MetricCheckLabels {
+    /// `pass`, `no-data` or `error`.
+    pub result: &'static str,
+}
+
 /// Labels of a reconcile error.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
@@ -96,6 +103,8 @@ pub struct Metrics {
     pub approval_wait_seconds: Histogram,
     /// 1 while this process holds the leader-election lease (and runs the controllers).
     pub leader: Gauge,
+    /// Prometheus queries of metric gates, by result.
+    pub metric_checks: Family<MetricCheckLabels, Counter>,
     live: Arc<Live>,
 }
 
@@ -205,8 +214,17 @@ impl Metrics {
             stage_seconds: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
             approval_wait_seconds: Histogram::new(exponential_buckets(1.0, 2.0, 18)),
             leader: Gauge::default(),
+            metric_checks: Family::default(),
             live: Arc::new(Live::default()),
         };
+        registry.register(
+            "metric_checks",
+            "Prometheus queries of metric gates (MetricCheck stage tasks), by result",
+            m.metric_checks.clone(),
+        );
+        for result in ["pass", "no-data", "error"] {
+            let _ = m.metric_checks.get_or_create(&MetricCheckLabels { result });
+        }
         registry.register(
             "reconciles",
             "Reconciles by controller",
@@ -277,6 +295,13 @@ impl Metrics {
             .approvals
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(store);
+    }
+
+    /// Counts one metric gate check with its result (`pass`, `no-data`, `error`).
+    pub fn count_metric_check(&self, result: &'static str) {
+        self.metric_checks
+            .get_or_create(&MetricCheckLabels { result })
+            .inc();
     }
 
     /// Drops the gauges that describe the fleet: this process stopped leading, and only the

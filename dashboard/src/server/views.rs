@@ -7,7 +7,7 @@ use fleethub_crds::run_progress::{
     Approval, ClusterPhase, ClusterProgress, RunPhase, RunProgress, StagePhase, StageProgress,
     TaskProgress,
 };
-use fleethub_crds::update_run::DELETION_STAGE;
+use fleethub_crds::update_run::{DELETION_STAGE, MetricCheckResult};
 use fleethub_crds::work::{APPLIED, AVAILABLE};
 use fleethub_crds::{
     ApprovalRequest, Binding, MemberCluster, Placement, ResourceSnapshot, UpdateRun, member_cluster,
@@ -141,7 +141,7 @@ pub fn placements(
             own_runs.sort_by_key(|r| r.metadata.creation_timestamp.clone().map(|t| t.0));
             let newest = own_runs.last();
             let current: Option<i64> = newest
-                .and_then(|r| r.spec.resource_snapshot_index.parse().ok())
+                .and_then(|r| r.spec.snapshot_index().ok())
                 .or(status.latest_resource_snapshot_index);
             let rollback_index =
                 current.and_then(|cur| snaps.iter().map(|s| s.index).filter(|i| *i < cur).max());
@@ -186,9 +186,10 @@ fn run_phase_state(phase: RunPhase, message: &str) -> State {
         RunPhase::Succeeded => ("Succeeded", Tone::Good),
         RunPhase::Failed => ("Failed", Tone::Bad),
     };
-    let message = match phase {
-        RunPhase::Pending => "the hub has not picked this run up yet",
-        _ => message,
+    let message = if phase == RunPhase::Pending {
+        "the hub has not picked this run up yet"
+    } else {
+        message
     };
     State::new(label, tone, message)
 }
@@ -240,6 +241,30 @@ fn task_view(task: &TaskProgress) -> TaskView {
             accepted: *recorded,
             pending: task.waiting(),
         },
+        TaskProgress::MetricCheck {
+            url,
+            query,
+            passes,
+            threshold,
+            last,
+            next_check,
+            reached,
+            passed_at,
+            message,
+            ..
+        } => TaskView::MetricCheck {
+            url: url.clone(),
+            query: query.clone(),
+            passes: *passes,
+            threshold: *threshold,
+            last: last
+                .as_ref()
+                .map(|(result, value)| (value.clone(), *result == MetricCheckResult::Pass)),
+            next_check: next_check.map(|t| t.as_second()),
+            reached: reached.is_some(),
+            passed: passed_at.is_some(),
+            message: message.clone(),
+        },
     }
 }
 
@@ -264,6 +289,7 @@ fn stage_view(stage: &StageProgress) -> StageView {
                 ended: c.ended.map(|t| t.as_second()),
             })
             .collect(),
+        before_tasks: stage.before_tasks.iter().map(task_view).collect(),
         tasks: stage.tasks.iter().map(task_view).collect(),
     }
 }
@@ -358,10 +384,10 @@ mod tests {
     //! tested where it is defined).
     use super::*;
     use fleethub_crds::approval;
-    use fleethub_crds::strategy::AfterStageTaskType;
+    use fleethub_crds::strategy::StageTaskType;
     use fleethub_crds::update_run::{
-        APPROVAL_REQUEST_CREATED, AfterStageTaskStatus, ClusterUpdatingStatus, INITIALIZED,
-        PROGRESSING, SUCCEEDED, StageUpdatingStatus, UpdateRunSpec, UpdateRunStatus, reason,
+        APPROVAL_REQUEST_CREATED, ClusterUpdatingStatus, INITIALIZED, PROGRESSING, SUCCEEDED,
+        StageTaskStatus, StageUpdatingStatus, UpdateRunSpec, UpdateRunStatus, reason,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
@@ -399,6 +425,7 @@ mod tests {
             current_stage: Some("canary".into()),
             stages_status: vec![StageUpdatingStatus {
                 stage_name: "canary".into(),
+                before_stage_task_status: vec![],
                 clusters: vec![
                     ClusterUpdatingStatus {
                         cluster_name: "member-2".into(),
@@ -416,9 +443,10 @@ mod tests {
                         ..Default::default()
                     },
                 ],
-                after_stage_task_status: vec![AfterStageTaskStatus {
-                    type_: AfterStageTaskType::Approval,
+                after_stage_task_status: vec![StageTaskStatus {
+                    type_: StageTaskType::Approval,
                     approval_request_name: Some("r1-canary".into()),
+                    metric_check: None,
                     conditions: vec![cond(
                         APPROVAL_REQUEST_CREATED,
                         TRUE,

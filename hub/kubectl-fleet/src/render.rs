@@ -9,7 +9,7 @@ use fleethub_crds::run_progress::{
     Approval, ClusterPhase, ClusterProgress, RunPhase, RunProgress, StagePhase, StageProgress,
     TaskProgress,
 };
-use fleethub_crds::update_run::DELETION_STAGE;
+use fleethub_crds::update_run::{DELETION_STAGE, MetricCheckResult};
 use fleethub_crds::{ApprovalRequest, UpdateRun, duration};
 use jiff::Timestamp;
 use kube::ResourceExt;
@@ -241,7 +241,7 @@ fn cluster_line(c: &ClusterProgress, deletion: bool, style: Style) -> String {
     line
 }
 
-fn task_line(task: &TaskProgress, now: Timestamp, style: Style) -> String {
+fn task_line(task: &TaskProgress, when: &str, now: Timestamp, style: Style) -> String {
     match task {
         TaskProgress::TimedWait {
             wait,
@@ -255,7 +255,7 @@ fn task_line(task: &TaskProgress, now: Timestamp, style: Style) -> String {
             );
             if let Some(at) = elapsed_at {
                 return format!(
-                    "    after: {what}: {} at {}",
+                    "    {when}: {what}: {} at {}",
                     style.paint(GREEN, "elapsed"),
                     clock(*at)
                 );
@@ -264,13 +264,13 @@ fn task_line(task: &TaskProgress, now: Timestamp, style: Style) -> String {
                 Some(until) => {
                     let left = until.as_second().saturating_sub(now.as_second()).max(0) as u64;
                     format!(
-                        "    after: {what}: {} {} left (until {})",
+                        "    {when}: {what}: {} {} left (until {})",
                         style.paint(YELLOW, "soaking,"),
                         duration::format(Duration::from_secs(left)),
                         clock(*until)
                     )
                 }
-                None => format!("    after: {what}: not reached yet"),
+                None => format!("    {when}: {what}: not reached yet"),
             }
         }
         TaskProgress::Approval {
@@ -288,26 +288,63 @@ fn task_line(task: &TaskProgress, now: Timestamp, style: Style) -> String {
                     " (the run has not taken it into account yet)"
                 };
                 return format!(
-                    "    after: Approval {name}: {} at {}{accepted}",
+                    "    {when}: Approval {name}: {} at {}{accepted}",
                     style.paint(GREEN, &a.message),
                     clock(a.at)
                 );
             }
             if *recorded {
                 return format!(
-                    "    after: Approval {name}: {}",
+                    "    {when}: Approval {name}: {}",
                     style.paint(GREEN, "approved")
                 );
             }
             match requested_at {
                 Some(at) => format!(
-                    "    after: Approval {name}: {} since {} ({})\n      approve with: kubectl fleet approve {name}",
+                    "    {when}: Approval {name}: {} since {} ({})\n      approve with: kubectl fleet approve {name}",
                     style.paint(YELLOW, "waiting for approval"),
                     clock(*at),
                     age(*at, now)
                 ),
-                None => format!("    after: Approval {name}: not reached yet"),
+                None => format!("    {when}: Approval {name}: not reached yet"),
             }
+        }
+        TaskProgress::MetricCheck {
+            url,
+            query,
+            passes,
+            threshold,
+            last,
+            next_check,
+            reached,
+            passed_at,
+            ..
+        } => {
+            let head = format!("    {when}: MetricCheck {query}\n      at {url}:");
+            if let Some(at) = passed_at {
+                return format!(
+                    "{head} {} at {} ({passes}/{threshold} passes)",
+                    style.paint(GREEN, "passed"),
+                    clock(*at)
+                );
+            }
+            if reached.is_none() {
+                return format!("{head} not reached yet");
+            }
+            let last = match last {
+                Some((MetricCheckResult::Pass, v)) => format!("last returned {v}"),
+                Some((MetricCheckResult::NoData, _)) => style.paint(RED, "last returned no data"),
+                Some((MetricCheckResult::Error, e)) => {
+                    style.paint(RED, &format!("last failed: {e}"))
+                }
+                None => "not checked yet".to_string(),
+            };
+            let next =
+                next_check.map_or(String::new(), |n| format!("; next check at {}", clock(n)));
+            format!(
+                "{head} {} {passes}/{threshold} passes; {last}{next}",
+                style.paint(YELLOW, "checking,")
+            )
         }
     }
 }
@@ -376,6 +413,9 @@ pub fn run_detail(
             )
             .trim_end()
         );
+        for task in &stage.before_tasks {
+            let _ = writeln!(out, "{}", task_line(task, "before", now, style));
+        }
         if stage.clusters.is_empty() {
             let _ = writeln!(out, "    (no clusters)");
         }
@@ -383,7 +423,7 @@ pub fn run_detail(
             let _ = writeln!(out, "{}", cluster_line(c, false, style));
         }
         for task in &stage.tasks {
-            let _ = writeln!(out, "{}", task_line(task, now, style));
+            let _ = writeln!(out, "{}", task_line(task, "after", now, style));
         }
     }
     if let Some(del) = p.deletion.as_ref() {

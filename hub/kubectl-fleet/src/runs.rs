@@ -155,13 +155,13 @@ pub async fn run(hub: &Cluster, name: &str, watch: bool) -> Result<()> {
         }
         show(&run, &approvals);
     }
-    match render::run_state(&run) {
-        RunState::Failed => Err(Error::Refused(format!(
+    if render::run_state(&run) == RunState::Failed {
+        return Err(Error::Refused(format!(
             "UpdateRun {name} failed: {}",
             render::run_message(&run).as_deref().unwrap_or("see above")
-        ))),
-        _ => Ok(()),
+        )));
     }
+    Ok(())
 }
 
 /// `kubectl fleet stop|resume <run>`: sets `spec.state`.
@@ -233,15 +233,10 @@ pub async fn approve(hub: &Cluster, name: &str, message: &str) -> Result<()> {
                 "approvalrequest {name} not found on the hub (kubectl fleet approvals lists pending ones)"
             ))
         })?;
-    if render::is_approved(&request) {
-        let how = request
-            .status
-            .as_ref()
-            .and_then(|s| fleethub_crds::conditions::find(&s.conditions, "Approved"))
-            .map(|c| format!("{} at {}", c.message, c.last_transition_time.0))
-            .unwrap_or_default();
+    if let Some(approval) = fleethub_crds::run_progress::Approval::of(&request) {
         return Err(Error::Refused(format!(
-            "approvalrequest {name} is already approved ({how})"
+            "approvalrequest {name} is already approved ({} at {})",
+            approval.message, approval.at
         )));
     }
     let run_name = &request.spec.parent_stage_rollout;

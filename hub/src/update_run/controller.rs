@@ -28,11 +28,15 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use super::plan::{self, Action, ApprovalView, BindingView, Observed, Plan, SiblingRun, WorkView};
+use super::plan::{
+    self, Action, ApprovalView, BindingView, MetricKey, MetricQuery, Observed, Plan, QueryOutcome,
+    SiblingRun, WorkView,
+};
 use crate::Error;
 use crate::clock::Clock;
 use crate::error::{EXISTS, GONE, ok_if};
 use crate::metrics::{Metrics, RunState, RunStateLabels};
+use crate::prometheus::Prometheus;
 use fleethub_runtime::CACHE_WAIT;
 
 /// Events waiting to be published; beyond this, new ones are dropped (and logged): the run's
@@ -54,6 +58,8 @@ pub struct Context {
     bindings: Store<Binding>,
     approvals: Store<ApprovalRequest>,
     members: Store<MemberCluster>,
+    /// Asks the metric gates' queries.
+    prometheus: Prometheus,
     /// The resourceVersion of this process' last status write of each run. When the cache of
     /// runs holds exactly that version, the reconcile plans on the cache instead of reading the
     /// run again (at 1,000 clusters a run is half a megabyte). A freshness hint, never a
@@ -125,6 +131,13 @@ pub async fn run(
     metrics: Metrics,
     shutdown: CancellationToken,
 ) {
+    let prometheus = match Prometheus::new() {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read the system's root certificates; the update-run controller does not start");
+            return;
+        }
+    };
     let (works, works_writer) = reflector::store::<Work>();
     let (bindings, bindings_writer) = reflector::store::<Binding>();
     let (approvals, approvals_writer) = reflector::store::<ApprovalRequest>();
@@ -185,6 +198,7 @@ pub async fn run(
         bindings,
         approvals,
         members,
+        prometheus,
         written: Default::default(),
     });
     let after_each = ctx.clone();
@@ -275,7 +289,13 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
         return Ok(Requeue::requeue(CACHE_WAIT));
     }
     let lookups = look_up(&ctx, &run).await?;
-    let plan = plan::plan(&observe(&ctx, &run, &lookups));
+    let mut observed = observe(&ctx, &run, &lookups);
+    let mut plan = plan::plan(&observed);
+    if !plan.queries.is_empty() {
+        // Metric checks are due: their outcomes are observations too.
+        observed.metric_results = query(&ctx, &plan.queries).await;
+        plan = plan::plan(&observed);
+    }
     act(&ctx, &run, &plan.actions).await?;
     report(&ctx, &run, &plan).await
 }
@@ -377,8 +397,27 @@ fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookups) -> Obser
             .filter(|r| &r.spec.placement_name == placement)
             .map(|r| SiblingRun::of(r))
             .collect(),
+        metric_results: BTreeMap::new(),
         now: ctx.clock.now(),
     }
+}
+
+/// Makes the metric checks' queries, together.
+async fn query(ctx: &Context, queries: &[MetricQuery]) -> BTreeMap<MetricKey, QueryOutcome> {
+    let asks = queries.iter().map(|q| async move {
+        let outcome = ctx.prometheus.query(&q.url, &q.query).await;
+        let result = match &outcome {
+            QueryOutcome::Data(_) => "pass",
+            QueryOutcome::NoData => "no-data",
+            QueryOutcome::Error(e) => {
+                tracing::info!(stage = %q.key.stage, url = %q.url, error = %e, "metric check failed");
+                "error"
+            }
+        };
+        ctx.metrics.count_metric_check(result);
+        (q.key.clone(), outcome)
+    });
+    futures::future::join_all(asks).await.into_iter().collect()
 }
 
 /// Performs the plan's writes in order; clusters a plan starts together are bound together.

@@ -94,6 +94,10 @@ struct World {
     earlier_runs: Vec<String>,
     later_runs: Vec<String>,
     unhealthy: BTreeMap<String, String>,
+    /// What the fake Prometheus answers, by query; any other query: connection refused.
+    prometheus: BTreeMap<String, QueryOutcome>,
+    /// Every query the plans asked for.
+    asked: Vec<MetricQuery>,
     now: Timestamp,
 }
 
@@ -110,6 +114,8 @@ impl World {
             earlier_runs: Vec::new(),
             later_runs: Vec::new(),
             unhealthy: BTreeMap::new(),
+            prometheus: BTreeMap::new(),
+            asked: Vec::new(),
             now: t(0),
         };
         w.cluster("stage-a", &[("env", "staging")]);
@@ -148,6 +154,7 @@ impl World {
             works: self.works.clone(),
             approvals: self.approvals.clone(),
             siblings: siblings(&self.earlier_runs, &self.later_runs),
+            metric_results: BTreeMap::new(),
             now: self.now,
         }
     }
@@ -155,7 +162,28 @@ impl World {
     /// Plans, records the status, and performs the actions on the fake world (bindings; the
     /// member reporting is separate).
     fn step(&mut self) -> Plan {
-        let p = plan(&self.observed());
+        let mut o = self.observed();
+        let mut p = plan(&o);
+        if !p.queries.is_empty() {
+            // As the controller does: make the queries, plan again with their outcomes.
+            o.metric_results = p
+                .queries
+                .iter()
+                .map(|q| {
+                    let outcome = self.prometheus.get(&q.query).cloned().unwrap_or_else(|| {
+                        QueryOutcome::Error(format!("{}: connection refused", q.url))
+                    });
+                    (q.key.clone(), outcome)
+                })
+                .collect();
+            let asked = p.queries.clone();
+            p = plan(&o);
+            assert!(
+                p.queries.is_empty(),
+                "a plan with outcomes asks nothing more"
+            );
+            self.asked.extend(asked);
+        }
         self.perform(&p.actions);
         self.run.status = Some(p.status.clone());
         p
@@ -908,3 +936,6 @@ fn lost_status_writes_never_reorder_clusters_or_skip_gates() {
         );
     }
 }
+
+#[path = "plan_gate_tests.rs"]
+mod gates;

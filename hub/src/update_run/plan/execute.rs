@@ -12,7 +12,8 @@ use fleethub_crds::update_run::{
 use fleethub_crds::work;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{Action, ConditionView, Planner, WorkView};
+use super::gates::Gate;
+use super::{Action, ConditionView, Planner, Side, WorkView};
 
 /// Where a started cluster is, judged from its Work.
 enum ClusterProgress {
@@ -52,6 +53,19 @@ impl Planner<'_, '_> {
             };
             let stage_name = cfg.name.clone();
             self.status.current_stage = Some(stage_name.clone());
+            if self.status.stages_status[i].start_time.is_none() {
+                // Not started: its before-stage tasks hold its clusters.
+                match self.run_gates(i, Side::Before) {
+                    Gate::Passed => {}
+                    Gate::Waiting(message) => {
+                        if stopped {
+                            self.stopped(Some(message));
+                        }
+                        return;
+                    }
+                    Gate::Failed(message) => return self.gate_failed(message),
+                }
+            }
             if !self.track_clusters(i, health_timeout) {
                 return; // a cluster failed
             }
@@ -90,18 +104,39 @@ impl Planner<'_, '_> {
                 self.set_run(PROGRESSING, TRUE, reason::STARTED, message);
                 return;
             }
-            if !self.gate_stage(i) {
-                if stopped {
-                    // A person who stopped the run sees it stopped, with what the gate waits
-                    // for; an approval given meanwhile counts, but starts nothing until Run.
-                    let waiting =
-                        find(&self.status.conditions, PROGRESSING).map(|c| c.message.clone());
-                    self.stopped(waiting);
+            match self.run_gates(i, Side::After) {
+                Gate::Passed => self.stage_succeeded(i),
+                Gate::Waiting(message) => {
+                    if stopped {
+                        // A person who stopped the run sees it stopped, with what the gate
+                        // waits for; an approval given meanwhile counts, but starts nothing
+                        // until Run.
+                        self.stopped(Some(message));
+                    }
+                    return;
                 }
-                return;
+                Gate::Failed(message) => return self.gate_failed(message),
             }
         }
         self.deletion_stage(stopped);
+    }
+
+    /// A gate can never pass (a metric check past its timeout): the run fails, for good.
+    fn gate_failed(&mut self, message: String) {
+        self.set_run(
+            PROGRESSING,
+            FALSE,
+            reason::METRIC_CHECK_TIMED_OUT,
+            message.clone(),
+        );
+        self.set_run(
+            SUCCEEDED,
+            FALSE,
+            reason::METRIC_CHECK_TIMED_OUT,
+            message.clone(),
+        );
+        self.status.end_time = Some(Time(self.o.now));
+        self.event(true, reason::METRIC_CHECK_TIMED_OUT, message);
     }
 
     /// Marks the stage started, judges its started clusters; false when one has failed.

@@ -1,81 +1,146 @@
-//! After-stage tasks: the gates between a stage and the next. Each task type is one function
-//! that updates its task's conditions and says what it still waits for; adding a type adds a
-//! variant to `AfterStageTaskType` (crds), one arm in [`Planner::gate_stage`] and one in the
-//! shared run model (`fleethub_crds::run_progress`).
+//! Stage tasks: the gates before a stage's clusters start and after they are done. Each task
+//! type is one function that updates its task's status and says whether it passed; adding a
+//! type adds a variant to `StageTaskType` (crds), one arm in [`Planner::run_gates`] and one in
+//! the shared run model (`fleethub_crds::run_progress`).
 
 use std::time::Duration;
 
 use fleethub_crds::conditions::{FALSE, NewCondition, TRUE, find, is_true, set_condition};
-use fleethub_crds::strategy::{AfterStageTask, AfterStageTaskType};
+use fleethub_crds::strategy::{MetricCheck, StageTask, StageTaskType};
 use fleethub_crds::update_run::{
-    APPROVAL_REQUEST_APPROVED, APPROVAL_REQUEST_CREATED, AfterStageTaskStatus, PROGRESSING,
-    SUCCEEDED, WAIT_TIME_ELAPSED, reason,
+    APPROVAL_REQUEST_APPROVED, APPROVAL_REQUEST_CREATED, METRIC_CHECK_PASSED, MetricCheckResult,
+    PROGRESSING, SUCCEEDED, StageTaskStatus, WAIT_TIME_ELAPSED, reason,
 };
 use fleethub_crds::{duration, names};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{Action, Planner};
+use super::metric::{self, Settings, Step};
+use super::{Action, MetricKey, MetricQuery, Planner, Side};
+
+/// What a gate (or all of a stage's gates on one side) came to.
+pub(super) enum Gate {
+    /// Passed.
+    Passed,
+    /// Not yet: what it waits for.
+    Waiting(String),
+    /// Never will: why (the run fails).
+    Failed(String),
+}
 
 impl Planner<'_, '_> {
-    /// Runs the after-stage tasks of a stage whose clusters are all done; true once they passed.
-    pub(super) fn gate_stage(&mut self, i: usize) -> bool {
+    /// Runs the tasks on `side` of stage `i`. After a stage, its clusters are all done; before
+    /// it, none has started.
+    pub(super) fn run_gates(&mut self, i: usize, side: Side) -> Gate {
         let stage_name = self.status.stages_status[i].stage_name.clone();
-        let completed = self.status.stages_status[i]
-            .clusters_completed_time
-            .get_or_insert(Time(self.o.now))
-            .0;
-        let configs: Vec<AfterStageTask> = self
+        let reached = match side {
+            Side::After => {
+                self.status.stages_status[i]
+                    .clusters_completed_time
+                    .get_or_insert(Time(self.o.now))
+                    .0
+            }
+            Side::Before => self.o.now,
+        };
+        let configs: Vec<StageTask> = self
             .status
             .staged_update_strategy_snapshot
             .as_ref()
             .and_then(|s| s.stages.get(i))
-            .map(|cfg| cfg.after_stage_tasks.clone())
+            .map(|cfg| match side {
+                Side::Before => cfg.before_stage_tasks.clone(),
+                Side::After => cfg.after_stage_tasks.clone(),
+            })
             .unwrap_or_default();
 
         let mut pending = Vec::new();
-        for t in 0..self.status.stages_status[i].after_stage_task_status.len() {
-            let mut task = self.status.stages_status[i].after_stage_task_status[t].clone();
+        let mut failed = Vec::new();
+        for t in 0..self.tasks(i, side).len() {
+            let mut task = self.tasks(i, side)[t].clone();
             let config = configs.iter().find(|c| c.type_ == task.type_);
-            let waiting = match task.type_ {
-                AfterStageTaskType::TimedWait => {
+            let gate = match task.type_ {
+                StageTaskType::TimedWait => {
                     let wait = config
                         .and_then(|c| duration::parse(c.wait_time.as_deref()?).ok())
                         .unwrap_or_default();
-                    self.timed_wait(&stage_name, &mut task, wait, completed)
+                    self.timed_wait(&stage_name, &mut task, wait, reached)
                 }
-                AfterStageTaskType::Approval => self.approval(&stage_name, &mut task),
+                StageTaskType::Approval => self.approval(&stage_name, side, &mut task),
+                StageTaskType::MetricCheck => {
+                    let key = MetricKey {
+                        stage: stage_name.clone(),
+                        side,
+                    };
+                    let spec = config.and_then(|c| c.metric_check.as_ref());
+                    self.metric_check(key, &mut task, spec)
+                }
             };
-            pending.extend(waiting);
-            self.status.stages_status[i].after_stage_task_status[t] = task;
+            match gate {
+                Gate::Passed => {}
+                Gate::Waiting(w) => pending.push(w),
+                Gate::Failed(f) => failed.push(f),
+            }
+            self.tasks_mut(i, side)[t] = task;
         }
 
-        if !pending.is_empty() {
-            let message = format!(
-                "stage {stage_name}: all clusters updated; {}",
-                pending.join(" and ")
-            );
-            let c = self.cond(PROGRESSING, FALSE, reason::STAGE_WAITING, message.clone());
-            set_condition(&mut self.status.stages_status[i].conditions, c, self.o.now);
-            self.set_run(PROGRESSING, FALSE, reason::WAITING, message);
-            return false;
+        let now = self.o.now;
+        let (what, when) = match side {
+            Side::Before => ("before its clusters start", "stage"),
+            Side::After => ("all clusters updated", "stage"),
+        };
+        if !failed.is_empty() {
+            let message = format!("{when} {stage_name}: {}", failed.join("; "));
+            let stage = &mut self.status.stages_status[i];
+            for type_ in [PROGRESSING, SUCCEEDED] {
+                let c = NewCondition::new(
+                    type_,
+                    FALSE,
+                    reason::STAGE_FAILED,
+                    message.clone(),
+                    self.generation,
+                );
+                set_condition(&mut stage.conditions, c, now);
+            }
+            stage.end_time = Some(Time(now));
+            return Gate::Failed(message);
         }
-        self.stage_succeeded(i);
-        true
+        if !pending.is_empty() {
+            let message = format!("{when} {stage_name}: {what}; {}", pending.join(" and "));
+            let c = self.cond(PROGRESSING, FALSE, reason::STAGE_WAITING, message.clone());
+            set_condition(&mut self.status.stages_status[i].conditions, c, now);
+            self.set_run(PROGRESSING, FALSE, reason::WAITING, message.clone());
+            return Gate::Waiting(message);
+        }
+        Gate::Passed
     }
 
-    /// A soak: passes `wait` after the stage's clusters completed. What it waits for, if it
-    /// has not passed.
+    fn tasks(&self, i: usize, side: Side) -> &[StageTaskStatus] {
+        let stage = &self.status.stages_status[i];
+        match side {
+            Side::Before => &stage.before_stage_task_status,
+            Side::After => &stage.after_stage_task_status,
+        }
+    }
+
+    fn tasks_mut(&mut self, i: usize, side: Side) -> &mut [StageTaskStatus] {
+        let stage = &mut self.status.stages_status[i];
+        match side {
+            Side::Before => &mut stage.before_stage_task_status,
+            Side::After => &mut stage.after_stage_task_status,
+        }
+    }
+
+    /// A soak: passes `wait` after the stage's clusters completed.
     fn timed_wait(
         &mut self,
         stage: &str,
-        task: &mut AfterStageTaskStatus,
+        task: &mut StageTaskStatus,
         wait: Duration,
         completed: Timestamp,
-    ) -> Option<String> {
+    ) -> Gate {
         let now = self.o.now;
         if is_true(&task.conditions, WAIT_TIME_ELAPSED) {
-            return None;
+            return Gate::Passed;
         }
         let until = completed.checked_add(wait).unwrap_or(completed);
         let waited = duration::format(wait);
@@ -92,7 +157,7 @@ impl Planner<'_, '_> {
                 reason::WAIT_ELAPSED,
                 format!("stage {stage}: waited {waited}"),
             );
-            return None;
+            return Gate::Passed;
         }
         let c = self.cond(
             WAIT_TIME_ELAPSED,
@@ -102,17 +167,20 @@ impl Planner<'_, '_> {
         );
         set_condition(&mut task.conditions, c, now);
         self.requeue_at(until);
-        Some(format!("waits until {until}"))
+        Gate::Waiting(format!("waits until {until}"))
     }
 
     /// A person's approval: creates the ApprovalRequest, passes once it is approved (and has
-    /// the approval accepted). What it waits for, if it has not passed.
-    fn approval(&mut self, stage: &str, task: &mut AfterStageTaskStatus) -> Option<String> {
+    /// the approval accepted).
+    fn approval(&mut self, stage: &str, side: Side, task: &mut StageTaskStatus) -> Gate {
         let now = self.o.now;
         let name = task
             .approval_request_name
             .clone()
-            .unwrap_or_else(|| names::approval_request_name(self.run_name(), stage));
+            .unwrap_or_else(|| match side {
+                Side::Before => names::before_stage_approval_request_name(self.run_name(), stage),
+                Side::After => names::approval_request_name(self.run_name(), stage),
+            });
         let request = self.o.approvals.get(&name).copied();
         if request.is_none() {
             self.actions.push(Action::CreateApproval {
@@ -154,14 +222,98 @@ impl Planner<'_, '_> {
                     let message = format!("stage {stage} approved (ApprovalRequest {name})");
                     self.timed_event(reason::APPROVAL_APPROVED, message, requested);
                 }
-                None
+                Gate::Passed
             }
-            _ => Some(format!("waits for approval of ApprovalRequest {name}")),
+            _ => Gate::Waiting(format!("waits for approval of ApprovalRequest {name}")),
         }
     }
 
+    /// A Prometheus query that must return data `successThreshold` times in a row. When a
+    /// check is due and its outcome is not among the observations, the plan asks for the query
+    /// (the controller makes it and plans again with the outcome).
+    fn metric_check(
+        &mut self,
+        key: MetricKey,
+        task: &mut StageTaskStatus,
+        spec: Option<&MetricCheck>,
+    ) -> Gate {
+        let now = self.o.now;
+        let stage = key.stage.clone();
+        let Some(spec) = spec else {
+            return Gate::Waiting(format!("stage {stage}: its MetricCheck has no metricCheck"));
+        };
+        let settings = match Settings::of(spec) {
+            Ok(s) => s,
+            Err(e) => return Gate::Failed(e),
+        };
+        let status = task.metric_check.get_or_insert_with(Default::default);
+        status.start_time.get_or_insert(Time(now));
+        let query = status.query.clone();
+        let outcome = self.o.metric_results.get(&key);
+        let step = metric::step(&settings, status, now, outcome);
+        let passes = format!(
+            "{}/{}",
+            status.consecutive_passes, settings.success_threshold
+        );
+        let last = match (&status.last_result, &status.last_value) {
+            (Some(MetricCheckResult::Pass), Some(v)) => format!("last check returned {v}"),
+            (Some(MetricCheckResult::NoData), _) => "last check returned no data".to_string(),
+            (Some(MetricCheckResult::Error), Some(e)) => {
+                format!("last check of {} failed: {e}", spec.url)
+            }
+            _ => "not checked yet".to_string(),
+        };
+        let (status_, why, message, gate) = match step {
+            Step::Passed => {
+                let message = format!("query passed {passes} consecutive checks");
+                (TRUE, reason::METRIC_CHECK_SUCCEEDED, message, Gate::Passed)
+            }
+            Step::Query => {
+                self.queries.push(MetricQuery {
+                    key,
+                    url: spec.url.clone(),
+                    query,
+                });
+                let message = format!("checking the query ({passes} passes)");
+                let gate = Gate::Waiting(format!("waits for metric check ({passes} passes)"));
+                (FALSE, reason::METRIC_CHECK_WAITING, message, gate)
+            }
+            Step::Wait { until, failing } => {
+                self.requeue_at(until);
+                let message = format!("{passes} passes; {last}; next check at {until}");
+                let why = if failing {
+                    reason::METRIC_CHECK_FAILING
+                } else {
+                    reason::METRIC_CHECK_WAITING
+                };
+                let gate = Gate::Waiting(format!("waits for metric check ({message})"));
+                (FALSE, why, message, gate)
+            }
+            Step::TimedOut => {
+                let message = format!(
+                    "metric check did not pass within {} ({passes} passes; {last}): {query}",
+                    spec.timeout.as_deref().unwrap_or("its timeout")
+                );
+                let gate = Gate::Failed(message.clone());
+                (FALSE, reason::METRIC_CHECK_TIMED_OUT, message, gate)
+            }
+        };
+        let first_pass =
+            matches!(gate, Gate::Passed) && !is_true(&task.conditions, METRIC_CHECK_PASSED);
+        let c = self.cond(METRIC_CHECK_PASSED, status_, why, message.clone());
+        set_condition(&mut task.conditions, c, now);
+        if first_pass {
+            self.event(
+                false,
+                reason::METRIC_CHECK_SUCCEEDED,
+                format!("stage {stage}: metric check {message}"),
+            );
+        }
+        gate
+    }
+
     /// Every gate of stage `i` passed: the stage succeeded.
-    fn stage_succeeded(&mut self, i: usize) {
+    pub(super) fn stage_succeeded(&mut self, i: usize) {
         let now = self.o.now;
         let generation = self.generation;
         let stage = &mut self.status.stages_status[i];

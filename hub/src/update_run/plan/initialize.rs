@@ -7,16 +7,16 @@ use fleethub_crds::binding::BindingState;
 use fleethub_crds::concurrency::MaxConcurrency;
 use fleethub_crds::conditions::TRUE;
 use fleethub_crds::placement::RolloutStrategyType;
-use fleethub_crds::strategy::{AfterStageTaskType, StageConfig, StagedUpdateStrategySpec};
+use fleethub_crds::strategy::{StageConfig, StageTask, StageTaskType, StagedUpdateStrategySpec};
 use fleethub_crds::update_run::{
-    AfterStageTaskStatus, ClusterUpdatingStatus, DELETION_STAGE, INITIALIZED, MAX_RUN_CLUSTERS,
-    StageUpdatingStatus, reason,
+    ClusterUpdatingStatus, DELETION_STAGE, INITIALIZED, MAX_RUN_CLUSTERS, MetricCheckStatus,
+    StageTaskStatus, StageUpdatingStatus, reason,
 };
 use fleethub_crds::{duration, names};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::core::{Selector, SelectorExt};
 
-use super::{Observed, Planner};
+use super::{Observed, Planner, Side, metric};
 
 /// Why a run cannot initialize (now, or ever): a reason and a sentence naming the object.
 pub(super) type Refusal = (&'static str, String);
@@ -107,15 +107,8 @@ impl<'a, 'o> Planner<'a, 'o> {
                     format!("stage {} (spec.stages[{i}]): {e}", stage.name),
                 )
             })?;
-            for task in &stage.after_stage_tasks {
-                if let Some(w) = &task.wait_time {
-                    duration::parse(w).map_err(|e| {
-                        (
-                            reason::INVALID_STRATEGY,
-                            format!("stage {}: {e}", stage.name),
-                        )
-                    })?;
-                }
+            for (side, task) in stage_tasks(stage) {
+                validate_task(stage, side, task)?;
             }
         }
         if let Some(t) = &spec.health_timeout {
@@ -256,12 +249,17 @@ impl<'a, 'o> Planner<'a, 'o> {
             .zip(per_stage)
             .map(|(cfg, clusters)| StageUpdatingStatus {
                 stage_name: cfg.name.clone(),
-                clusters: clusters.into_iter().map(cluster_status).collect(),
+                before_stage_task_status: cfg
+                    .before_stage_tasks
+                    .iter()
+                    .map(|t| task_status(&run, cfg, Side::Before, t, &clusters))
+                    .collect(),
                 after_stage_task_status: cfg
                     .after_stage_tasks
                     .iter()
-                    .map(|t| task_status(&run, cfg, t.type_))
+                    .map(|t| task_status(&run, cfg, Side::After, t, &clusters))
                     .collect(),
+                clusters: clusters.into_iter().map(cluster_status).collect(),
                 ..Default::default()
             })
             .collect();
@@ -298,15 +296,77 @@ impl<'a, 'o> Planner<'a, 'o> {
     }
 }
 
-/// The status entry of a stage's task, in the strategy's order.
-fn task_status(run: &str, stage: &StageConfig, type_: AfterStageTaskType) -> AfterStageTaskStatus {
-    let approval_request_name = match type_ {
-        AfterStageTaskType::Approval => Some(names::approval_request_name(run, &stage.name)),
-        AfterStageTaskType::TimedWait => None,
+/// A stage's tasks, before-stage ones first.
+fn stage_tasks(stage: &StageConfig) -> impl Iterator<Item = (Side, &StageTask)> {
+    let before = stage.before_stage_tasks.iter().map(|t| (Side::Before, t));
+    before.chain(stage.after_stage_tasks.iter().map(|t| (Side::After, t)))
+}
+
+/// A task's values can be used: its durations read, its PromQL parses.
+fn validate_task(stage: &StageConfig, side: Side, task: &StageTask) -> Result<(), Refusal> {
+    let list = match side {
+        Side::Before => "beforeStageTasks",
+        Side::After => "afterStageTasks",
     };
-    AfterStageTaskStatus {
-        type_,
+    let refuse = |why: &'static str, e: String| {
+        (
+            why,
+            format!("stage {} {list} {:?}: {e}", stage.name, task.type_),
+        )
+    };
+    match task.type_ {
+        StageTaskType::TimedWait => {
+            if let Some(w) = &task.wait_time {
+                duration::parse(w).map_err(|e| refuse(reason::INVALID_STRATEGY, e.to_string()))?;
+            }
+        }
+        StageTaskType::Approval => {}
+        StageTaskType::MetricCheck => {
+            let Some(check) = &task.metric_check else {
+                return Err(refuse(
+                    reason::INVALID_STRATEGY,
+                    "metricCheck is missing".into(),
+                ));
+            };
+            metric::Settings::of(check).map_err(|e| refuse(reason::INVALID_STRATEGY, e))?;
+            // Cluster names are DNS labels: any stands for them when checking the syntax.
+            let query = metric::expand(&check.query, &["cluster".into()], &stage.name, "run");
+            promql_parser::parser::parse(&query).map_err(|e| {
+                refuse(
+                    reason::INVALID_METRIC_QUERY,
+                    format!("metricCheck.query does not parse as PromQL: {e}"),
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// The status entry a stage's task starts with.
+fn task_status(
+    run: &str,
+    stage: &StageConfig,
+    side: Side,
+    task: &StageTask,
+    clusters: &[String],
+) -> StageTaskStatus {
+    let approval_request_name = match (task.type_, side) {
+        (StageTaskType::Approval, Side::Before) => {
+            Some(names::before_stage_approval_request_name(run, &stage.name))
+        }
+        (StageTaskType::Approval, Side::After) => {
+            Some(names::approval_request_name(run, &stage.name))
+        }
+        (StageTaskType::TimedWait | StageTaskType::MetricCheck, _) => None,
+    };
+    let metric_check = task.metric_check.as_ref().map(|m| MetricCheckStatus {
+        query: metric::expand(&m.query, clusters, &stage.name, run),
+        ..Default::default()
+    });
+    StageTaskStatus {
+        type_: task.type_,
         approval_request_name,
+        metric_check,
         conditions: Vec::new(),
     }
 }

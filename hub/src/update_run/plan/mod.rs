@@ -23,9 +23,40 @@ mod deletion;
 mod execute;
 mod gates;
 mod initialize;
+pub mod metric;
 mod siblings;
 
+pub use metric::QueryOutcome;
 pub use siblings::SiblingRun;
+
+/// Whether a stage task gates the stage before its clusters start or after they are done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Side {
+    /// `beforeStageTasks`.
+    Before,
+    /// `afterStageTasks`.
+    After,
+}
+
+/// Which MetricCheck a query is for: a stage has at most one on each side.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MetricKey {
+    /// The stage.
+    pub stage: String,
+    /// Before or after it.
+    pub side: Side,
+}
+
+/// A Prometheus query the plan needs the outcome of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricQuery {
+    /// The check it is for.
+    pub key: MetricKey,
+    /// The Prometheus base URL.
+    pub url: String,
+    /// The query, placeholders expanded.
+    pub query: String,
+}
 
 /// A Binding as the planner needs it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -157,6 +188,8 @@ pub struct Observed<'a> {
     /// The runs of the same placement (this run among them or not): which of them this run
     /// waits for and which supersede it is decided by [`siblings::order`].
     pub siblings: Vec<SiblingRun>,
+    /// Outcomes of the queries a first plan asked for (made at `now`); empty otherwise.
+    pub metric_results: BTreeMap<MetricKey, QueryOutcome>,
     /// Now.
     pub now: Timestamp,
 }
@@ -214,6 +247,9 @@ pub struct Plan {
     pub requeue_after: Option<Duration>,
     /// Transitions to record as events.
     pub events: Vec<PlanEvent>,
+    /// Metric checks that are due: when not empty, make these queries and plan again with
+    /// their outcomes in [`Observed::metric_results`] (this plan's other parts are provisional).
+    pub queries: Vec<MetricQuery>,
 }
 
 /// Plans the run's next step.
@@ -229,6 +265,7 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         actions: Vec::new(),
         requeue: None,
         events: Vec::new(),
+        queries: Vec::new(),
     };
     p.run();
     Plan {
@@ -236,6 +273,7 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         actions: p.actions,
         requeue_after: p.requeue,
         events: p.events,
+        queries: p.queries,
     }
 }
 
@@ -252,6 +290,7 @@ struct Planner<'a, 'o> {
     actions: Vec<Action>,
     requeue: Option<Duration>,
     events: Vec<PlanEvent>,
+    queries: Vec<MetricQuery>,
 }
 
 impl Planner<'_, '_> {

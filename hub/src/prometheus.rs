@@ -1,0 +1,166 @@
+//! The metric gates' Prometheus client: one instant query (`GET /api/v1/query`), read with
+//! alerting semantics. It never fails: an unreachable server, a refused query or an answer that
+//! does not read becomes [`QueryOutcome::Error`] with a message naming the URL, so a gate waits
+//! and says why instead of passing.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde::Deserialize;
+
+use crate::update_run::plan::QueryOutcome;
+
+/// How long one query may take.
+pub const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most of an answer read (a query returning a huge vector is still one pass).
+const MAX_ANSWER: usize = 4 << 20;
+
+/// A client for any number of Prometheus servers (each gate names its own URL).
+#[derive(Clone)]
+pub struct Prometheus {
+    client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
+}
+
+impl Prometheus {
+    /// A client trusting the system's root certificates for `https://` URLs.
+    pub fn new() -> std::io::Result<Self> {
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_native_roots()?
+            .https_or_http()
+            .enable_http1()
+            .build();
+        Ok(Self {
+            client: Client::builder(TokioExecutor::new()).build(https),
+        })
+    }
+
+    /// Runs `query` at `base` (e.g. `http://127.0.0.1:9090`) now.
+    pub async fn query(&self, base: &str, query: &str) -> QueryOutcome {
+        match tokio::time::timeout(QUERY_TIMEOUT, self.ask(base, query)).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(e)) => QueryOutcome::Error(format!("{base}: {e}")),
+            Err(_) => QueryOutcome::Error(format!(
+                "{base}: no answer within {}s",
+                QUERY_TIMEOUT.as_secs()
+            )),
+        }
+    }
+
+    async fn ask(&self, base: &str, query: &str) -> Result<QueryOutcome, String> {
+        let mut url = url::Url::parse(base).map_err(|e| format!("not a URL: {e}"))?;
+        url.path_segments_mut()
+            .map_err(|()| "not a base URL".to_string())?
+            .pop_if_empty()
+            .extend(["api", "v1", "query"]);
+        url.query_pairs_mut().append_pair("query", query);
+        let uri: hyper::Uri = url.as_str().parse().map_err(|e| format!("{e}"))?;
+        let answer = self
+            .client
+            .get(uri)
+            .await
+            .map_err(|e| format!("cannot reach Prometheus: {e}"))?;
+        let code = answer.status();
+        let body = http_body_util::Limited::new(answer.into_body(), MAX_ANSWER)
+            .collect()
+            .await
+            .map_err(|e| format!("reading the answer: {e}"))?
+            .to_bytes();
+        read_answer(code.as_u16(), &body)
+    }
+}
+
+/// Reads an answer of the query API.
+fn read_answer(code: u16, body: &[u8]) -> Result<QueryOutcome, String> {
+    #[derive(Deserialize)]
+    struct Answer {
+        status: String,
+        #[serde(default)]
+        data: Option<Data>,
+        #[serde(default)]
+        error: Option<String>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Data {
+        result_type: String,
+        result: serde_json::Value,
+    }
+    let answer: Answer = serde_json::from_slice(body).map_err(|_| {
+        let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+        format!("HTTP {code}, not a Prometheus answer: {text}")
+    })?;
+    if answer.status != "success" {
+        return Err(format!(
+            "the query was refused (HTTP {code}): {}",
+            answer.error.unwrap_or_default()
+        ));
+    }
+    let data = answer.data.ok_or("a success without data")?;
+    Ok(match data.result_type.as_str() {
+        // Scalars and strings always hold a value.
+        "scalar" | "string" => QueryOutcome::Data(sample_value(&data.result)),
+        _ => match data.result.as_array().and_then(|r| r.first()) {
+            None => QueryOutcome::NoData,
+            Some(series) => QueryOutcome::Data(
+                series
+                    .get("value")
+                    .map(sample_value)
+                    .unwrap_or_else(|| "a range".to_string()),
+            ),
+        },
+    })
+}
+
+/// `[ts, "value"]` → `value`.
+fn sample_value(sample: &serde_json::Value) -> String {
+    sample
+        .get(1)
+        .and_then(|v| v.as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_passes_an_empty_vector_does_not_and_a_refusal_is_an_error() {
+        let vector = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"cluster":"a"},"value":[1700000000.1,"0.004"]}]}}"#;
+        assert_eq!(
+            read_answer(200, vector),
+            Ok(QueryOutcome::Data("0.004".into()))
+        );
+        let empty = br#"{"status":"success","data":{"resultType":"vector","result":[]}}"#;
+        assert_eq!(read_answer(200, empty), Ok(QueryOutcome::NoData));
+        let scalar =
+            br#"{"status":"success","data":{"resultType":"scalar","result":[1700000000,"1"]}}"#;
+        assert_eq!(read_answer(200, scalar), Ok(QueryOutcome::Data("1".into())));
+        let refused =
+            br#"{"status":"error","errorType":"bad_data","error":"parse error at char 3"}"#;
+        let e = read_answer(400, refused).unwrap_err();
+        assert!(e.contains("HTTP 400") && e.contains("parse error"), "{e}");
+        let html = b"<html>gateway</html>";
+        assert!(read_answer(502, html).unwrap_err().contains("HTTP 502"));
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_server_is_an_error_naming_it() {
+        // A port nothing listens on: bound, then released.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let base = format!("http://127.0.0.1:{port}");
+        match Prometheus::new().unwrap().query(&base, "up").await {
+            QueryOutcome::Error(e) => assert!(e.contains(&base), "{e}"),
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+}
