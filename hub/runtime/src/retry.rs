@@ -182,6 +182,28 @@ mod tests {
         assert_eq!(errors.failed("b"), S(1));
     }
 
+    #[test]
+    fn objects_are_keyed_by_their_reference() {
+        // How a controller keys it: by the object's reference, as kube's error policy gets it.
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use kube::runtime::reflector::ObjectRef;
+        let errors = FailureBackoff::new(ERROR_BACKOFF);
+        let cm = |name: &str| ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(errors.failed(ObjectRef::from(&cm("a"))), S(1));
+        assert_eq!(errors.failed(ObjectRef::from(&cm("a"))), S(2));
+        assert_eq!(errors.failed(ObjectRef::from(&cm("b"))), S(1));
+        let reconciled: Result<(), ()> = Ok(());
+        let _ = errors.observe(&ObjectRef::from(&cm("a")), reconciled);
+        assert_eq!(errors.failed(ObjectRef::from(&cm("a"))), S(1));
+    }
+
     #[tokio::test]
     async fn until_ok_retries_with_the_delays_and_stops_when_told() {
         let ms = Duration::from_millis;
