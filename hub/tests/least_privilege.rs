@@ -18,7 +18,7 @@ use hub_process::HubProcess;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::Api;
 use serde_json::json;
-use serde_yaml::Value;
+use serde_norway::Value;
 
 const NAMESPACE: &str = "fleethub-system";
 const SERVICE_ACCOUNT: &str = "fleethub-hub";
@@ -74,10 +74,10 @@ fn apply_hub_rbac(fleet: &Fleet) {
         "RoleBinding",
     ];
     let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&rendered) {
+    for doc in serde_norway::Deserializer::from_str(&rendered) {
         let v = <Value as serde::Deserialize>::deserialize(doc).unwrap();
         if v["kind"].as_str().is_some_and(|k| wanted.contains(&k)) {
-            docs.push(serde_yaml::to_string(&v).unwrap());
+            docs.push(serde_norway::to_string(&v).unwrap());
         }
     }
     assert!(docs.len() >= 8, "the base has the hub's RBAC: {docs:?}");
@@ -110,14 +110,14 @@ fn service_account_kubeconfig(fleet: &Fleet) -> std::path::PathBuf {
         None,
     );
     let admin = std::fs::read_to_string(fleet.kubeconfig("hub")).unwrap();
-    let mut config: Value = serde_yaml::from_str(&admin).unwrap();
-    config["users"] = serde_yaml::from_str(&format!(
+    let mut config: Value = serde_norway::from_str(&admin).unwrap();
+    config["users"] = serde_norway::from_str(&format!(
         "- name: hub-admin\n  user:\n    token: {}\n",
         token.trim()
     ))
     .unwrap();
     let path = std::env::temp_dir().join(format!("{}.kubeconfig", unique_name("fleethub-sa")));
-    std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
+    std::fs::write(&path, serde_norway::to_string(&config).unwrap()).unwrap();
     path
 }
 

@@ -13,7 +13,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde::Deserialize;
 use serde_json::json;
-use serde_yaml::Value;
+use serde_norway::Value;
 
 /// The kustomizations validated here (deploy/member-agent is validated against a member by its
 /// own tests; deploy/monitoring/prometheus-operator needs the Prometheus Operator's CRDs).
@@ -46,7 +46,7 @@ fn render(dir: &str) -> Vec<Value> {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
+    serde_norway::Deserializer::from_str(&text)
         .map(|d| Value::deserialize(d).unwrap())
         .filter(|v| !v.is_null())
         .collect()
@@ -169,7 +169,7 @@ fn the_hub_runs_two_locked_down_replicas_with_probes() {
 }
 
 fn rule_groups(file: &str) -> Value {
-    let v: Value = serde_yaml::from_str(&std::fs::read_to_string(path(file)).unwrap()).unwrap();
+    let v: Value = serde_norway::from_str(&std::fs::read_to_string(path(file)).unwrap()).unwrap();
     v
 }
 

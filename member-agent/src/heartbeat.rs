@@ -12,6 +12,7 @@ use fleethub_crds::MemberCluster;
 use fleethub_crds::conditions::{self, NewCondition, set_condition};
 use fleethub_crds::member_cluster::{JOINED, MemberClusterSpec, MemberClusterStatus};
 use fleethub_runtime::Health;
+use fleethub_runtime::retry::ERROR_BACKOFF;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -23,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::metrics::Metrics;
-use crate::{AGENT_VERSION, Error, FIELD_MANAGER, backoff, quantity, readiness};
+use crate::{AGENT_VERSION, Error, FIELD_MANAGER, quantity, readiness};
 
 /// Reason of the `Joined=True` condition the agent writes.
 pub const REASON_JOINED: &str = "AgentJoined";
@@ -207,8 +208,7 @@ impl Heartbeat {
                     period
                 }
                 Err(e) => {
-                    let retry_in =
-                        backoff::delay(failures, Duration::from_secs(1), Duration::from_secs(30));
+                    let retry_in = ERROR_BACKOFF.delay(failures);
                     failures = failures.saturating_add(1);
                     self.metrics.heartbeat(false, self.clock.now());
                     tracing::warn!(member = %self.member_name, error = %e, ?retry_in, "heartbeat failed");

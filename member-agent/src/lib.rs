@@ -15,7 +15,6 @@
 
 pub mod apply_order;
 pub mod availability;
-pub mod backoff;
 pub mod cleanup;
 pub use fleethub_runtime::clock;
 pub mod error;

@@ -9,8 +9,7 @@
 //! Job carrying the placement label) or the Work's AppliedWork changes on the member, at the
 //! health deadline, and every resync period to correct drift.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fleethub_crds::Work;
@@ -18,6 +17,7 @@ use fleethub_crds::applied_work::{AppliedResource, AppliedWork, WORK_NAMESPACE_L
 use fleethub_crds::names::PLACEMENT_LABEL;
 use fleethub_crds::work::ManifestIdentifier;
 use fleethub_runtime::Health;
+use fleethub_runtime::retry::{Backoff, ERROR_BACKOFF, FailureBackoff};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
@@ -38,7 +38,12 @@ use crate::kind_resolver::{KindResolver, ResolvedKind};
 use crate::manifest::{self, Decoration, ParsedManifest, WORK_ANNOTATION, describe, owned_by};
 use crate::metrics::Metrics;
 use crate::work_status::{self, ManifestReport, StatusInput};
-use crate::{Error, FIELD_MANAGER, backoff, cleanup, readiness};
+use crate::{Error, FIELD_MANAGER, cleanup, readiness};
+
+/// How soon a Work whose manifests did not all apply is tried again (over the same failure
+/// count as errors): an apply the member refuses usually needs a person, so this backs off
+/// further than an error.
+const APPLY_RETRY: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
 
 /// Everything a Work reconcile needs.
 pub struct Context {
@@ -57,7 +62,7 @@ pub struct Context {
     /// How often every Work is applied again even if nothing changed, to correct drift.
     pub resync_period: Duration,
     /// Consecutive failures per Work, for retry backoff only (nothing is decided from it).
-    failures: Mutex<HashMap<String, u32>>,
+    failures: FailureBackoff<String>,
 }
 
 impl Context {
@@ -78,24 +83,8 @@ impl Context {
             clock,
             metrics,
             resync_period,
-            failures: Mutex::new(HashMap::new()),
+            failures: FailureBackoff::new(ERROR_BACKOFF),
         }
-    }
-
-    /// Records a failure of `work`; returns how many happened in a row before it.
-    fn failed(&self, work: &str) -> u32 {
-        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
-        let n = failures.entry(work.to_string()).or_default();
-        let before = *n;
-        *n = n.saturating_add(1);
-        before
-    }
-
-    fn succeeded(&self, work: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(work);
     }
 }
 
@@ -210,11 +199,7 @@ fn error_policy(work: Arc<Work>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.reconcile_error(error.metric_label());
     // Capped at 30 s: after an outage of the hub or the member, a Work catches up within
     // half a minute of the API server returning.
-    let retry_in = backoff::delay(
-        ctx.failed(&key),
-        Duration::from_secs(1),
-        Duration::from_secs(30),
-    );
+    let retry_in = ctx.failures.failed(key.clone());
     tracing::warn!(work = %key, error = %error, ?retry_in, "reconcile failed");
     Action::requeue(retry_in)
 }
@@ -274,15 +259,11 @@ async fn reconcile(work: Arc<Work>, ctx: Arc<Context>) -> Result<Action, Error> 
 
         ctx.metrics.reconciled(true);
         let next = if plan.applied {
-            ctx.succeeded(&key);
+            ctx.failures.succeeded(&key);
             plan.recheck_after
                 .map_or(ctx.resync_period, |d| d.min(ctx.resync_period))
         } else {
-            backoff::delay(
-                ctx.failed(&key),
-                Duration::from_secs(5),
-                Duration::from_secs(300),
-            )
+            ctx.failures.failed_with(key.clone(), APPLY_RETRY)
         };
         Ok(Action::requeue(next))
     }

@@ -70,7 +70,7 @@ fn render(crds: Vec<CustomResourceDefinition>) -> Result<Vec<(String, String)>> 
             .clone()
             .context("a generated CRD has no name")?;
         let yaml =
-            serde_yaml::to_string(&crd).with_context(|| format!("serializing CRD {name}"))?;
+            serde_norway::to_string(&crd).with_context(|| format!("serializing CRD {name}"))?;
         wanted.push((format!("{name}.yaml"), format!("{HEADER}{yaml}")));
     }
     wanted.push(("Kustomization".to_string(), kustomization(&wanted)));

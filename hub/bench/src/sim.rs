@@ -21,16 +21,20 @@ use fleethub_crds::conditions::{find, is_true};
 use fleethub_crds::update_run::SUCCEEDED;
 use fleethub_crds::work::{APPLIED, AVAILABLE};
 use fleethub_crds::{MemberCluster, UpdateRun, Work, names};
+use fleethub_runtime::retry::{self, Backoff};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use crate::timeline::Timeline;
+
+/// How a simulated agent retries a status write the hub did not take: 200 ms doubling.
+const STATUS_RETRY: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(2));
 
 /// The field manager of the real member agent (the simulation writes what it writes).
 const AGENT_FIELD_MANAGER: &str = "fleethub/member-agent";
@@ -82,10 +86,7 @@ impl Simulation {
             let api = Api::<Work>::all(sim.client.clone());
             let (client, timeline, in_flight) = sim.parts();
             sim.tasks.push(tokio::spawn(async move {
-                let mut works = watcher(api, fleethub_runtime::watcher_config())
-                    .backoff(fleethub_runtime::watch_backoff())
-                    .applied_objects()
-                    .boxed();
+                let mut works = work_changes(api);
                 while let Some(next) = works.next().await {
                     let Ok(work) = next else { continue };
                     let is_bench = work.namespace().is_some_and(|ns| {
@@ -131,10 +132,7 @@ impl Simulation {
                 let api =
                     Api::<Work>::namespaced(client.clone(), &names::member_namespace(&member));
                 self.tasks.push(tokio::spawn(async move {
-                    let mut works = watcher(api, fleethub_runtime::watcher_config())
-                        .backoff(fleethub_runtime::watch_backoff())
-                        .applied_objects()
-                        .boxed();
+                    let mut works = work_changes(api);
                     while let Some(next) = works.next().await {
                         if let Ok(work) = next {
                             report(&client, &timeline, &in_flight, work).await;
@@ -163,6 +161,19 @@ impl Drop for Simulation {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The Works of `api` whose generation changed (a new spec, or their deletion): a status-only
+/// change (the simulated agents' own reports) needs no reaction. (Their first sight passes, so
+/// [`report`] still skips a generation that is already reported.)
+fn work_changes(
+    api: Api<Work>,
+) -> futures::stream::BoxStream<'static, Result<Work, watcher::Error>> {
+    watcher(api, fleethub_runtime::watcher_config())
+        .backoff(fleethub_runtime::watch_backoff())
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default())
+        .boxed()
 }
 
 /// One member's heartbeats, forever.
@@ -289,33 +300,36 @@ async fn report(
         },
     });
     let api: Api<Work> = Api::namespaced(client.clone(), &ns);
-    let mut ok = false;
-    for attempt in 0..5u32 {
+    let name = work.name_any();
+    let write = || async {
         let sent = Instant::now();
-        match api
-            .patch_status(
-                &work.name_any(),
-                &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            )
-            .await
-        {
-            Ok(_) => {
-                if !timeline.was_reported(&key) {
-                    timeline.reported(key.clone(), sent);
-                }
-                ok = true;
-                break;
-            }
-            Err(kube::Error::Api(e)) if e.code == 404 => break, // the Work is gone
-            Err(e) => {
-                tracing::debug!(work = %flight.0, attempt, error = %e, "simulated status write failed");
-                tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+        api.patch_status(
+            &name,
+            &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map(|_| sent)
+    };
+    let gone = |e: &kube::Error| matches!(e, kube::Error::Api(e) if e.code == 404);
+    let written = retry::retry(
+        STATUS_RETRY,
+        5,
+        write,
+        |e| !gone(e),
+        |e, retry_in| {
+            tracing::debug!(work = %flight.0, error = %e, ?retry_in, "simulated status write failed");
+        },
+    )
+    .await;
+    match written {
+        Ok(sent) => {
+            if !timeline.was_reported(&key) {
+                timeline.reported(key.clone(), sent);
             }
         }
-    }
-    if !ok {
-        timeline.status_write_failed();
+        // The Work is gone, or the hub did not take the write.
+        Err(_) => timeline.status_write_failed(),
     }
     if let Ok(mut f) = in_flight.lock() {
         f.remove(&flight);

@@ -2,6 +2,10 @@
 //! embedded here so `join` and `kubectl apply -k` install the same thing, plus the Secret with
 //! the member's hub credential.
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
@@ -36,7 +40,7 @@ const KUSTOMIZATION: &str = include_str!("../../../deploy/member-agent/kustomiza
 
 /// The image the base deploys (its `images:` entry: name and tag).
 pub fn default_image() -> Result<String> {
-    let k: Value = serde_yaml::from_str(KUSTOMIZATION)
+    let k: Value = serde_norway::from_str(KUSTOMIZATION)
         .map_err(|e| Error::Invalid(format!("deploy/member-agent/kustomization.yaml: {e}")))?;
     let image = &k["images"][0];
     match (image["name"].as_str(), image["newTag"].as_str()) {
@@ -48,6 +52,33 @@ pub fn default_image() -> Result<String> {
     }
 }
 
+/// The Secret the agent's Deployment reads: `hub_kubeconfig` and the member's name.
+fn hub_secret(member: &str, hub_kubeconfig: &str) -> Secret {
+    let labels = [
+        ("app.kubernetes.io/name", DEPLOYMENT),
+        ("app.kubernetes.io/part-of", "fleethub"),
+    ];
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(HUB_SECRET.to_string()),
+            namespace: Some(NAMESPACE.to_string()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+        type_: Some("Opaque".to_string()),
+        string_data: Some(BTreeMap::from([
+            ("kubeconfig".to_string(), hub_kubeconfig.to_string()),
+            ("member-name".to_string(), member.to_string()),
+        ])),
+        ..Default::default()
+    }
+}
+
 /// Every object to apply in the member, in order: the base (with `image` or the base's own) and
 /// then the Secret holding `hub_kubeconfig` for member `member`.
 pub fn objects(member: &str, hub_kubeconfig: &str, image: Option<&str>) -> Result<Vec<Value>> {
@@ -55,16 +86,12 @@ pub fn objects(member: &str, hub_kubeconfig: &str, image: Option<&str>) -> Resul
         Some(i) => i.to_string(),
         None => default_image()?,
     };
-    let mut out = vec![json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": HUB_SECRET, "namespace": NAMESPACE,
-                     "labels": {"app.kubernetes.io/name": DEPLOYMENT, "app.kubernetes.io/part-of": "fleethub"}},
-        "type": "Opaque",
-        "stringData": {"kubeconfig": hub_kubeconfig, "member-name": member},
-    })];
+    let secret = serde_json::to_value(hub_secret(member, hub_kubeconfig))
+        .map_err(|e| Error::Invalid(format!("the agent's hub Secret: {e}")))?;
+    let mut out = Vec::new();
     for (file, text) in BASE {
-        for doc in serde_yaml::Deserializer::from_str(text) {
+        // The base's objects are of several kinds and only ever passed on: untyped.
+        for doc in serde_norway::Deserializer::from_str(text) {
             let mut v = <Value as serde::Deserialize>::deserialize(doc)
                 .map_err(|e| Error::Invalid(format!("deploy/member-agent/{file}: {e}")))?;
             if v.is_null() {
@@ -83,7 +110,6 @@ pub fn objects(member: &str, hub_kubeconfig: &str, image: Option<&str>) -> Resul
         }
     }
     // The namespace first, the Secret before the Deployment that mounts it.
-    let secret = out.remove(0);
     let at = out
         .iter()
         .position(|o| o["kind"] == "Deployment")

@@ -1,29 +1,30 @@
 //! `join` and `unjoin`: adding a member cluster to the fleet with its own scoped hub credential
-//! and agent, and removing it so that nothing is left behind.
+//! and agent, and removing it (see [`unjoin`]) so that nothing is left behind.
 
-use std::collections::BTreeSet;
+mod client;
+mod unjoin;
+
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fleethub_crds::conditions::is_true;
-use fleethub_crds::member_cluster::AGENT_SERVICE_ACCOUNT;
-use fleethub_crds::member_cluster::JOINED;
-use fleethub_crds::{MemberCluster, Work, names};
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
-use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
-use kube::core::GroupVersionKind;
-use kube::discovery::Scope;
-use kube::runtime::wait::{Condition, await_condition};
-use kube::runtime::watcher;
-use kube::{Api, Client, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use fleethub_crds::member_cluster::{AGENT_SERVICE_ACCOUNT, JOINED, MemberClusterSpec};
+use fleethub_crds::{MemberCluster, names};
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::config::{
+    AuthInfo, Cluster as KubeconfigCluster, Context, Kubeconfig, NamedAuthInfo, NamedCluster,
+    NamedContext,
+};
 
+use self::client::{apply, apply_typed, wait};
+pub use self::unjoin::{UnjoinOptions, unjoin};
 use crate::agent_manifests;
 use crate::cluster::Cluster;
-use crate::error::{Error, Result, is_not_found};
-use crate::runs::FIELD_MANAGER;
+use crate::error::{Error, Result};
 
 /// The hub Secret holding the token of the member's agent ServiceAccount.
 pub const TOKEN_SECRET: &str = "member-agent-token";
@@ -77,21 +78,38 @@ pub fn parse_label(s: &str) -> std::result::Result<(String, String), String> {
 }
 
 /// The MemberCluster `join` applies.
-pub fn member_cluster(name: &str, labels: &[(String, String)], heartbeat: Option<u32>) -> Value {
-    let labels: serde_json::Map<String, Value> = labels
-        .iter()
-        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-        .collect();
-    let mut spec = json!({});
-    if let Some(h) = heartbeat {
-        spec["heartbeatPeriodSeconds"] = json!(h);
+pub fn member_cluster(
+    name: &str,
+    labels: &[(String, String)],
+    heartbeat: Option<u32>,
+) -> MemberCluster {
+    let mut mc = MemberCluster::new(
+        name,
+        MemberClusterSpec {
+            // The flag is bounded far below i32::MAX; the schema refuses what it does not admit.
+            heartbeat_period_seconds: heartbeat.map(|h| i32::try_from(h).unwrap_or(i32::MAX)),
+        },
+    );
+    mc.metadata.labels = Some(labels.iter().cloned().collect());
+    mc
+}
+
+/// The hub Secret that the token controller fills with the token of the member's agent
+/// ServiceAccount.
+fn token_secret(namespace: &str) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(TOKEN_SECRET.to_string()),
+            namespace: Some(namespace.to_string()),
+            annotations: Some(BTreeMap::from([(
+                "kubernetes.io/service-account.name".to_string(),
+                AGENT_SERVICE_ACCOUNT.to_string(),
+            )])),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/service-account-token".to_string()),
+        ..Default::default()
     }
-    json!({
-        "apiVersion": "fleethub.dev/v1alpha1",
-        "kind": "MemberCluster",
-        "metadata": {"name": name, "labels": labels},
-        "spec": spec,
-    })
 }
 
 /// The agent's hub kubeconfig: the hub's server and CA, the agent's token.
@@ -101,102 +119,46 @@ pub fn agent_kubeconfig(
     ca_pem: Option<&[u8]>,
     insecure: bool,
     token: &str,
-) -> String {
+) -> Result<String> {
     use base64::Engine as _;
-    let mut cluster = json!({"server": server});
-    if let Some(ca) = ca_pem {
-        cluster["certificate-authority-data"] =
-            json!(base64::engine::general_purpose::STANDARD.encode(ca));
-    }
-    if insecure {
-        cluster["insecure-skip-tls-verify"] = json!(true);
-    }
     let user = format!("{member}-agent");
     let context = format!("{member}-agent@hub");
-    let kc = json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "hub", "cluster": cluster}],
-        "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": context, "context": {"cluster": "hub", "user": user}}],
-        "current-context": context,
-    });
-    serde_yaml::to_string(&kc).unwrap_or_default()
-}
-
-async fn wait<K>(
-    api: &Api<K>,
-    name: &str,
-    what: &str,
-    timeout: Duration,
-    cond: impl Condition<K>,
-) -> Result<K>
-where
-    K: Resource + Clone + std::fmt::Debug + DeserializeOwned + Send + 'static,
-{
-    match tokio::time::timeout(timeout, await_condition(api.clone(), name, cond)).await {
-        Ok(Ok(Some(obj))) => Ok(obj),
-        Ok(Ok(None)) => Err(Error::Refused(format!("{what}: {name} disappeared"))),
-        Ok(Err(e)) => Err(Error::Refused(format!("watching for {what}: {e}"))),
-        Err(_) => Err(Error::Timeout(format!(
-            "timed out after {} waiting for {what}",
-            fleethub_crds::duration::format(timeout)
-        ))),
-    }
-}
-
-/// Watches until object `name` of `api` does not exist, bounded by `timeout`.
-async fn wait_gone<K>(api: &Api<K>, name: &str, what: &str, timeout: Duration) -> Result<()>
-where
-    K: Resource + Clone + std::fmt::Debug + DeserializeOwned + Send + 'static,
-{
-    let gone = |o: Option<&K>| o.is_none();
-    match tokio::time::timeout(timeout, await_condition(api.clone(), name, gone)).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(Error::Refused(format!("watching for {what}: {e}"))),
-        Err(_) => Err(Error::Timeout(format!(
-            "timed out after {} waiting for {what}",
-            fleethub_crds::duration::format(timeout)
-        ))),
-    }
-}
-
-/// Server-side applies `obj` (any kind the cluster serves) as `kubectl-fleet`.
-async fn apply(client: &Client, obj: &Value, cluster: &str) -> Result<()> {
-    let (ar, api) = dynamic_api(client, obj, cluster).await?;
-    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-    api.patch(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(obj),
-    )
-    .await
-    .map_err(Error::api(format!(
-        "applying {} {name} in {cluster}",
-        ar.kind
-    )))?;
-    Ok(())
-}
-
-async fn dynamic_api(
-    client: &Client,
-    obj: &Value,
-    cluster: &str,
-) -> Result<(ApiResource, Api<DynamicObject>)> {
-    let api_version = obj["apiVersion"].as_str().unwrap_or_default();
-    let kind = obj["kind"].as_str().unwrap_or_default();
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let gvk = GroupVersionKind::gvk(group, version, kind);
-    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk)
-        .await
-        .map_err(Error::api(format!(
-            "discovering {api_version} {kind} in {cluster}"
-        )))?;
-    let api = match (caps.scope, obj["metadata"]["namespace"].as_str()) {
-        (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &ar),
-        _ => Api::all_with(client.clone(), &ar),
+    let kubeconfig = Kubeconfig {
+        api_version: Some("v1".to_string()),
+        kind: Some("Config".to_string()),
+        clusters: vec![NamedCluster {
+            name: "hub".to_string(),
+            cluster: Some(KubeconfigCluster {
+                server: Some(server.to_string()),
+                certificate_authority_data: ca_pem
+                    .map(|ca| base64::engine::general_purpose::STANDARD.encode(ca)),
+                insecure_skip_tls_verify: insecure.then_some(true),
+                ..Default::default()
+            }),
+            other: Default::default(),
+        }],
+        auth_infos: vec![NamedAuthInfo {
+            name: user.clone(),
+            auth_info: Some(AuthInfo {
+                token: Some(token.to_string().into()),
+                ..Default::default()
+            }),
+            other: Default::default(),
+        }],
+        contexts: vec![NamedContext {
+            name: context.clone(),
+            context: Some(Context {
+                cluster: "hub".to_string(),
+                user: Some(user),
+                ..Default::default()
+            }),
+            other: Default::default(),
+        }],
+        current_context: Some(context),
+        ..Default::default()
     };
-    Ok((ar, api))
+    serde_norway::to_string(&kubeconfig)
+        .map_err(|e| Error::Invalid(format!("writing the agent's kubeconfig: {e}")))
 }
 
 /// `kubectl fleet join`.
@@ -219,7 +181,7 @@ pub async fn join(hub: &Cluster, member: Option<&Cluster>, opts: &JoinOptions) -
             "MemberCluster {name} is being removed (kubectl fleet unjoin {name} finishes that); join it again afterwards"
         )));
     }
-    apply(&hub.client, &mc, "the hub").await?;
+    apply_typed(&members, &mc, "the hub").await?;
     eprintln!("membercluster {name} applied on the hub");
 
     // 2. The agent's ServiceAccount, provisioned by the hub.
@@ -234,15 +196,8 @@ pub async fn join(hub: &Cluster, member: Option<&Cluster>, opts: &JoinOptions) -
     .await?;
 
     // 3. Its token: a service-account-token Secret the token controller fills (kept on re-join).
-    let token_secret = json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": TOKEN_SECRET, "namespace": ns,
-                     "annotations": {"kubernetes.io/service-account.name": AGENT_SERVICE_ACCOUNT}},
-        "type": "kubernetes.io/service-account-token",
-    });
-    apply(&hub.client, &token_secret, "the hub").await?;
     let secrets: Api<Secret> = Api::namespaced(hub.client.clone(), &ns);
+    apply_typed(&secrets, &token_secret(&ns), "the hub").await?;
     let has_token = |s: Option<&Secret>| {
         s.and_then(|s| s.data.as_ref())
             .is_some_and(|d| d.get("token").is_some_and(|t| !t.0.is_empty()))
@@ -267,7 +222,7 @@ pub async fn join(hub: &Cluster, member: Option<&Cluster>, opts: &JoinOptions) -
         .hub_server
         .clone()
         .unwrap_or_else(|| hub.server.clone());
-    let kubeconfig = agent_kubeconfig(name, &server, hub.ca_pem.as_deref(), hub.insecure, &token);
+    let kubeconfig = agent_kubeconfig(name, &server, hub.ca_pem.as_deref(), hub.insecure, &token)?;
     if let Some(path) = &opts.write_agent_kubeconfig {
         write_private(path, &kubeconfig)?;
         eprintln!(
@@ -283,9 +238,9 @@ pub async fn join(hub: &Cluster, member: Option<&Cluster>, opts: &JoinOptions) -
         );
         return Ok(());
     };
+    let crds: Api<CustomResourceDefinition> = Api::all(member.client.clone());
     for crd in fleethub_crds::member_crds() {
-        let value = serde_json::to_value(&crd).map_err(|e| Error::Invalid(e.to_string()))?;
-        apply(&member.client, &value, "the member").await?;
+        apply_typed(&crds, &crd, "the member").await?;
     }
     for obj in agent_manifests::objects(name, &kubeconfig, opts.agent_image.as_deref())? {
         apply(&member.client, &obj, "the member").await?;
@@ -345,314 +300,6 @@ fn write_private(path: &Path, content: &str) -> Result<()> {
     std::fs::rename(&tmp, path).map_err(io)
 }
 
-/// What `unjoin` should do.
-pub struct UnjoinOptions {
-    /// The MemberCluster name.
-    pub name: String,
-    /// Strip the agent's finalizers from Works it did not clean up in time.
-    pub force: bool,
-    /// Bound of each wait.
-    pub timeout: Duration,
-}
-
-/// Watches the objects `api` lists until there are none; on timeout returns the names left.
-async fn wait_until_none<K>(
-    api: Api<K>,
-    timeout: Duration,
-) -> Result<std::result::Result<(), Vec<String>>>
-where
-    K: Resource + Clone + std::fmt::Debug + DeserializeOwned + Send + 'static,
-{
-    let mut stream = watcher(api, watcher::Config::default()).boxed();
-    let mut names: BTreeSet<String> = BTreeSet::new();
-    let mut init: BTreeSet<String> = BTreeSet::new();
-    let mut ready = false;
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let next = match tokio::time::timeout_at(deadline, stream.next()).await {
-            Ok(Some(Ok(e))) => e,
-            Ok(Some(Err(e))) => return Err(Error::Refused(format!("watch failed: {e}"))),
-            Ok(None) => return Err(Error::Refused("watch ended".into())),
-            Err(_) => return Ok(Err(names.into_iter().collect())),
-        };
-        match next {
-            watcher::Event::Init => init.clear(),
-            watcher::Event::InitApply(o) => {
-                init.insert(o.name_any());
-            }
-            watcher::Event::InitDone => {
-                names = std::mem::take(&mut init);
-                ready = true;
-            }
-            watcher::Event::Apply(o) => {
-                names.insert(o.name_any());
-            }
-            watcher::Event::Delete(o) => {
-                names.remove(&o.name_any());
-            }
-        }
-        if ready && names.is_empty() {
-            return Ok(Ok(()));
-        }
-    }
-}
-
-/// The names of the Works in namespace `ns`.
-async fn work_names(works: &Api<Work>, ns: &str) -> Result<Vec<String>> {
-    Ok(works
-        .list(&Default::default())
-        .await
-        .map_err(Error::api(format!("listing Works in {ns}")))?
-        .items
-        .iter()
-        .map(|w| w.name_any())
-        .collect())
-}
-
-async fn strip_agent_finalizers(hub: &Client, ns: &str, works: &[String]) -> Result<()> {
-    let api: Api<Work> = Api::namespaced(hub.clone(), ns);
-    let mut stripped = Vec::new();
-    for w in works {
-        let Some(work) = api
-            .get_opt(w)
-            .await
-            .map_err(Error::api(format!("reading Work {ns}/{w}")))?
-        else {
-            continue;
-        };
-        let keep: Vec<String> = work
-            .finalizers()
-            .iter()
-            .filter(|f| *f != AGENT_FINALIZER)
-            .cloned()
-            .collect();
-        if keep.len() == work.finalizers().len() {
-            continue;
-        }
-        stripped.push(w.clone());
-        let patch =
-            json!({"metadata": {"finalizers": keep, "resourceVersion": work.resource_version()}});
-        api.patch(w, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(Error::api(format!(
-                "removing finalizer {AGENT_FINALIZER} from Work {ns}/{w}"
-            )))?;
-    }
-    if !stripped.is_empty() {
-        eprintln!(
-            "--force: removed finalizer {AGENT_FINALIZER} from Works {} in {ns}; what they deployed was NOT removed from the member",
-            stripped.join(", ")
-        );
-    }
-    Ok(())
-}
-
-/// Why Works are still there after unjoin waited: the hub has not withdrawn them yet (is it
-/// running?), or the agent has not cleaned them up (is it running?).
-async fn stuck_works_message(
-    works: &Api<Work>,
-    ns: &str,
-    waited: &str,
-    left: &[String],
-) -> Result<String> {
-    let list = works
-        .list(&Default::default())
-        .await
-        .map_err(Error::api(format!("listing Works in {ns}")))?;
-    let (deleting, kept): (Vec<&Work>, Vec<&Work>) = list
-        .items
-        .iter()
-        .filter(|w| left.contains(&w.name_any()))
-        .partition(|w| w.metadata.deletion_timestamp.is_some());
-    let names = |ws: &[&Work]| {
-        ws.iter()
-            .map(|w| w.name_any())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let mut why = Vec::new();
-    if !deleting.is_empty() {
-        why.push(format!(
-            "Works {} in {ns} wait for the member agent to remove what they deployed and then its finalizer {AGENT_FINALIZER}: is the agent running? (kubectl -n {} get deploy {} in the member)",
-            names(&deleting),
-            agent_manifests::NAMESPACE,
-            agent_manifests::DEPLOYMENT
-        ));
-    }
-    if !kept.is_empty() {
-        why.push(format!(
-            "Works {} in {ns} have not been withdrawn by the hub: is fleethub-hub running?",
-            names(&kept)
-        ));
-    }
-    Ok(format!(
-        "after {waited}: {}. Run unjoin again to keep waiting, or add --force to abandon those workloads on the member",
-        why.join("; ")
-    ))
-}
-
-/// `kubectl fleet unjoin`.
-pub async fn unjoin(hub: &Cluster, member: Option<&Cluster>, opts: &UnjoinOptions) -> Result<()> {
-    let name = opts.name.as_str();
-    validate_member_name(name)?;
-    let ns = names::member_namespace(name);
-    let members: Api<MemberCluster> = Api::all(hub.client.clone());
-    let minutes = fleethub_crds::duration::format(opts.timeout);
-
-    if let Some(mc) = members
-        .get_opt(name)
-        .await
-        .map_err(Error::api(format!("reading MemberCluster {name}")))?
-    {
-        // 1. Hold the MemberCluster (and with it the agent's namespace and credential) while the
-        //    hub withdraws the member's Works and the agent removes what they deployed.
-        //    (A MemberCluster already being deleted accepts no new finalizer: then only wait.)
-        if !mc.finalizers().iter().any(|f| f == UNJOIN_FINALIZER)
-            && mc.metadata.deletion_timestamp.is_none()
-        {
-            let mut finalizers = mc.finalizers().to_vec();
-            finalizers.push(UNJOIN_FINALIZER.to_string());
-            let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": mc.resource_version()}});
-            members
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(Error::api(format!(
-                    "adding finalizer {UNJOIN_FINALIZER} to MemberCluster {name}"
-                )))?;
-        }
-        if mc.metadata.deletion_timestamp.is_none() {
-            members
-                .delete(name, &DeleteParams::background())
-                .await
-                .map_err(Error::api(format!("deleting MemberCluster {name}")))?;
-        }
-        eprintln!(
-            "membercluster {name} deleted; waiting for its agent to remove the fleet's workloads from the member"
-        );
-        let works: Api<Work> = Api::namespaced(hub.client.clone(), &ns);
-        if opts.force {
-            // --force says the agent is gone: do not wait for it.
-            let all = work_names(&works, &ns).await?;
-            strip_agent_finalizers(&hub.client, &ns, &all).await?;
-        }
-        if let Err(left) = wait_until_none(works.clone(), opts.timeout).await? {
-            if !opts.force {
-                return Err(Error::Timeout(
-                    stuck_works_message(&works, &ns, &minutes, &left).await?,
-                ));
-            }
-            strip_agent_finalizers(&hub.client, &ns, &left).await?;
-        }
-        // 2. Release the MemberCluster: the hub's garbage collector removes its namespace and RBAC.
-        let mc = members
-            .get_opt(name)
-            .await
-            .map_err(Error::api(format!("reading MemberCluster {name}")))?;
-        if let Some(mc) = mc {
-            let keep: Vec<String> = mc
-                .finalizers()
-                .iter()
-                .filter(|f| *f != UNJOIN_FINALIZER)
-                .cloned()
-                .collect();
-            let patch =
-                json!({"metadata": {"finalizers": keep, "resourceVersion": mc.resource_version()}});
-            match members
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if is_not_found(&e) => {}
-                Err(e) => {
-                    return Err(Error::api(format!(
-                        "removing finalizer {UNJOIN_FINALIZER} from MemberCluster {name}"
-                    ))(e));
-                }
-            }
-        }
-    } else {
-        eprintln!("membercluster {name} does not exist on the hub");
-    }
-
-    // 3. The namespace goes (Works left in it still need the agent, or --force).
-    let namespaces: Api<Namespace> = Api::all(hub.client.clone());
-    let what = format!("namespace {ns} to go");
-    if let Err(e) = wait_gone(&namespaces, &ns, &what, opts.timeout).await {
-        if !matches!(e, Error::Timeout(_)) {
-            return Err(e);
-        }
-        let works: Api<Work> = Api::namespaced(hub.client.clone(), &ns);
-        let left = work_names(&works, &ns).await?;
-        if left.is_empty() || !opts.force {
-            let held = members
-                .get_opt(name)
-                .await
-                .map_err(Error::api(format!("reading MemberCluster {name}")))?
-                .map(|mc| {
-                    format!(
-                        ": MemberCluster {name} (which owns it) is still held by finalizers {:?}",
-                        mc.finalizers()
-                    )
-                })
-                .unwrap_or_default();
-            return Err(Error::Timeout(format!(
-                "namespace {ns} still exists after {minutes}{held}{}",
-                if left.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        ": Works {} wait for the agent's finalizer {AGENT_FINALIZER} (add --force to abandon them)",
-                        left.join(", ")
-                    )
-                }
-            )));
-        }
-        strip_agent_finalizers(&hub.client, &ns, &left).await?;
-        wait_gone(&namespaces, &ns, &what, opts.timeout).await?;
-    }
-    eprintln!("namespace {ns} and the member's hub identity are gone");
-
-    // 4. The agent leaves the member.
-    if let Some(member) = member {
-        remove_agent(member, opts.timeout).await?;
-        eprintln!("agent removed from the member ({})", member.source);
-    }
-    println!("membercluster {name} left the fleet");
-    Ok(())
-}
-
-/// Deletes the agent's objects from the member and waits for its namespace to go.
-async fn remove_agent(member: &Cluster, timeout: Duration) -> Result<()> {
-    let mut objects = agent_manifests::objects("-", "", None)?;
-    objects.reverse(); // Deployment first, namespace last
-    for obj in objects {
-        let (ar, api) = dynamic_api(&member.client, &obj, "the member").await?;
-        let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-        match api.delete(name, &DeleteParams::background()).await {
-            Ok(_) => {}
-            Err(e) if is_not_found(&e) => {}
-            Err(e) => {
-                return Err(Error::api(format!(
-                    "deleting {} {name} from the member",
-                    ar.kind
-                ))(e));
-            }
-        }
-    }
-    // The AppliedWork CRD stays: deleting it would delete every AppliedWork and, through their
-    // ownerReferences, what another agent in this cluster deployed.
-    eprintln!(
-        "kept CustomResourceDefinition appliedworks.fleethub.dev in the member (kubectl delete crd appliedworks.fleethub.dev removes it once no fleethub agent runs there)"
-    );
-    let namespaces: Api<Namespace> = Api::all(member.client.clone());
-    let what = format!(
-        "namespace {} to go from the member",
-        agent_manifests::NAMESPACE
-    );
-    wait_gone(&namespaces, agent_manifests::NAMESPACE, &what, timeout).await?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -680,18 +327,33 @@ mod tests {
     #[test]
     fn the_member_cluster_carries_labels_and_heartbeat() {
         let mc = member_cluster("m1", &[("env".into(), "prod".into())], Some(5));
-        assert_eq!(mc["metadata"]["labels"]["env"], "prod");
-        assert_eq!(mc["spec"]["heartbeatPeriodSeconds"], 5);
-        let bare = member_cluster("m1", &[], None);
-        assert!(bare["spec"].get("heartbeatPeriodSeconds").is_none());
-        // It is a valid MemberCluster.
-        let typed: MemberCluster = serde_json::from_value(mc).unwrap();
-        assert_eq!(typed.spec.heartbeat_period_seconds, Some(5));
+        let applied = serde_json::to_value(&mc).unwrap();
+        assert_eq!(applied["apiVersion"], "fleethub.dev/v1alpha1");
+        assert_eq!(applied["kind"], "MemberCluster");
+        assert_eq!(applied["metadata"]["labels"]["env"], "prod");
+        assert_eq!(applied["spec"]["heartbeatPeriodSeconds"], 5);
+        // Nothing else is applied (the fields the hub and the agent own stay theirs).
+        assert!(applied.get("status").is_none());
+        let bare = serde_json::to_value(member_cluster("m1", &[], None)).unwrap();
+        assert_eq!(bare["spec"], serde_json::json!({}));
+    }
+
+    #[test]
+    fn the_token_secret_names_the_agent_service_account() {
+        let secret = serde_json::to_value(token_secret("fleet-member-m1")).unwrap();
+        assert_eq!(secret["apiVersion"], "v1");
+        assert_eq!(secret["kind"], "Secret");
+        assert_eq!(secret["type"], "kubernetes.io/service-account-token");
+        assert_eq!(secret["metadata"]["namespace"], "fleet-member-m1");
+        assert_eq!(
+            secret["metadata"]["annotations"]["kubernetes.io/service-account.name"],
+            AGENT_SERVICE_ACCOUNT
+        );
     }
 
     #[test]
     fn the_agent_kubeconfig_is_one_the_client_reads() {
-        let text = agent_kubeconfig("m1", "https://hub:6443", Some(b"PEM"), false, "tok");
+        let text = agent_kubeconfig("m1", "https://hub:6443", Some(b"PEM"), false, "tok").unwrap();
         let kc = kube::config::Kubeconfig::from_yaml(&text).unwrap();
         assert_eq!(kc.current_context.as_deref(), Some("m1-agent@hub"));
         let cluster = kc.clusters[0].cluster.as_ref().unwrap();
@@ -699,7 +361,14 @@ mod tests {
         assert_eq!(cluster.certificate_authority_data.as_deref(), Some("UEVN"));
         assert_eq!(cluster.insecure_skip_tls_verify, None);
         assert!(kc.auth_infos[0].auth_info.as_ref().unwrap().token.is_some());
-        let raw: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        let raw: serde_norway::Value = serde_norway::from_str(&text).unwrap();
         assert_eq!(raw["users"][0]["user"]["token"].as_str(), Some("tok"));
+        assert_eq!(raw["apiVersion"], "v1");
+        assert_eq!(raw["kind"], "Config");
+        let insecure = agent_kubeconfig("m1", "https://hub:6443", None, true, "tok").unwrap();
+        let kc = kube::config::Kubeconfig::from_yaml(&insecure).unwrap();
+        let cluster = kc.clusters[0].cluster.as_ref().unwrap();
+        assert_eq!(cluster.insecure_skip_tls_verify, Some(true));
+        assert_eq!(cluster.certificate_authority_data, None);
     }
 }

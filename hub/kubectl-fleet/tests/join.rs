@@ -84,11 +84,11 @@ async fn member_sa_kubeconfig(fleet: &Fleet, member: &Client, member_index: usiz
     let token = String::from_utf8(secret.data.unwrap()["token"].0.clone()).unwrap();
     let admin =
         std::fs::read_to_string(fleet.kubeconfig(&format!("member-{member_index}"))).unwrap();
-    let mut kc: serde_yaml::Value = serde_yaml::from_str(&admin).unwrap();
+    let mut kc: serde_norway::Value = serde_norway::from_str(&admin).unwrap();
     kc["users"] =
-        serde_yaml::from_str(&format!("[{{name: agent, user: {{token: {token}}}}}]")).unwrap();
+        serde_norway::from_str(&format!("[{{name: agent, user: {{token: {token}}}}}]")).unwrap();
     kc["contexts"][0]["context"]["user"] = "agent".into();
-    std::fs::write(out, serde_yaml::to_string(&kc).unwrap()).unwrap();
+    std::fs::write(out, serde_norway::to_string(&kc).unwrap()).unwrap();
 }
 
 #[tokio::test]

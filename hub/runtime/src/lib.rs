@@ -8,6 +8,7 @@ pub mod kubeconfig;
 pub mod logging;
 pub mod probe;
 pub mod process;
+pub mod retry;
 pub mod shutdown;
 
 pub use health::{Health, serve};
@@ -77,17 +78,18 @@ pub fn watcher_config() -> kube::runtime::watcher::Config {
         .list_semantic(kube::runtime::watcher::ListSemantic::MostRecent)
 }
 
-/// How watchers retry after an error: 250 ms doubling up to 5 s, reset after 10 s without errors.
-/// (kube's default grows to 30 s and resets only after 120 s quiet, so an API server restart
-/// soon after another one left changes unseen for minutes.)
+/// How watchers retry after an error: 250 ms doubling up to 5 s (with jitter), reset after
+/// 10 s without errors. (kube's default grows to 30 s and resets only after 120 s quiet, so an
+/// API server restart soon after another one left changes unseen for minutes.)
+pub const WATCH_BACKOFF: retry::Backoff = retry::Backoff::new(
+    std::time::Duration::from_millis(250),
+    std::time::Duration::from_secs(5),
+);
+
+/// [`WATCH_BACKOFF`] as the backoff of a kube watcher (`WatchStreamExt::backoff`).
 pub fn watch_backoff()
 -> kube::runtime::utils::ResetTimerBackoff<kube::runtime::watcher::ExponentialBackoff> {
-    let builder = backon::ExponentialBuilder::default()
-        .with_min_delay(std::time::Duration::from_millis(250))
-        .with_max_delay(std::time::Duration::from_secs(5))
-        .with_factor(2.0)
-        .with_jitter()
-        .without_max_times();
+    let builder = WATCH_BACKOFF.builder().with_jitter();
     kube::runtime::utils::ResetTimerBackoff::new(builder.into(), std::time::Duration::from_secs(10))
 }
 

@@ -6,6 +6,7 @@ use kube::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::Health;
+use crate::retry::{Backoff, until_ok};
 
 /// What a probe found: the server's version, or why the probe failed.
 pub type ProbeResult = Result<String, String>;
@@ -42,35 +43,27 @@ pub async fn api_server(client: &Client, group_version: Option<(&str, &[&str])>)
     Ok(version.git_version)
 }
 
-/// Runs `probe` until it passes (backing off from 1 s to 30 s), recording each outcome as
+/// How readiness probes are retried: 1 s doubling up to 30 s.
+pub const PROBE_BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+
+/// Runs `probe` until it passes (retried with [`PROBE_BACKOFF`]), recording each outcome as
 /// readiness check `check`. Returns the probe's value, or `None` if `shutdown` came first.
 pub async fn until_ready<F, Fut>(
     health: &Health,
     check: &str,
     shutdown: &CancellationToken,
-    mut probe: F,
+    probe: F,
 ) -> Option<String>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = ProbeResult>,
 {
-    let mut delay = Duration::from_secs(1);
-    loop {
-        match probe().await {
-            Ok(value) => {
-                health.set(check, Ok(()));
-                tracing::info!(check, %value, "readiness check passed");
-                return Some(value);
-            }
-            Err(why) => {
-                tracing::warn!(check, %why, retry_in = ?delay, "readiness check failed");
-                health.set(check, Err(why));
-            }
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return None,
-            _ = tokio::time::sleep(delay) => {}
-        }
-        delay = (delay * 2).min(Duration::from_secs(30));
-    }
+    let value = until_ok(PROBE_BACKOFF, shutdown, probe, |why, retry_in| {
+        tracing::warn!(check, %why, ?retry_in, "readiness check failed");
+        health.set(check, Err(why.clone()));
+    })
+    .await?;
+    health.set(check, Ok(()));
+    tracing::info!(check, %value, "readiness check passed");
+    Some(value)
 }
