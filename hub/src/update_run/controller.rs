@@ -38,6 +38,7 @@ use crate::error::{EXISTS, GONE, ok_if};
 use crate::metrics::{Metrics, RunState, RunStateLabels};
 use crate::prometheus::Prometheus;
 use fleethub_runtime::CACHE_WAIT;
+use fleethub_runtime::retry::{ERROR_BACKOFF, FailureBackoff};
 
 /// Events waiting to be published; beyond this, new ones are dropped (and logged): the run's
 /// status, not its events, is the record.
@@ -60,6 +61,8 @@ pub struct Context {
     members: Store<MemberCluster>,
     /// Asks the metric gates' queries.
     prometheus: Prometheus,
+    /// Consecutive failed reconciles per run: retries back off from 1 s to 30 s.
+    errors: FailureBackoff<ObjectRef<UpdateRun>>,
     /// The resourceVersion of this process' last status write of each run. When the cache of
     /// runs holds exactly that version, the reconcile plans on the cache instead of reading the
     /// run again (at 1,000 clusters a run is half a megabyte). A freshness hint, never a
@@ -199,6 +202,7 @@ pub async fn run(
         approvals,
         members,
         prometheus,
+        errors: FailureBackoff::new(ERROR_BACKOFF),
         written: Default::default(),
     });
     let after_each = ctx.clone();
@@ -218,7 +222,11 @@ pub async fn run(
         })
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(
-            |o, c| crate::error::bounded(reconcile(o, c)),
+            |run, ctx| async move {
+                let key = ObjectRef::from_obj(run.as_ref());
+                let result = crate::error::bounded(reconcile(run, ctx.clone())).await;
+                ctx.errors.observe(&key, result)
+            },
             error_policy,
             ctx,
         )
@@ -267,9 +275,15 @@ fn finished(run: &UpdateRun) -> bool {
         .is_some_and(|s| find(&s.conditions, SUCCEEDED).is_some())
 }
 
-fn error_policy(run: Arc<UpdateRun>, error: &Error, _ctx: Arc<Context>) -> Requeue {
-    tracing::warn!(run = %run.name_any(), error = %error, "reconciling UpdateRun failed; retrying");
-    Requeue::requeue(Duration::from_secs(if error.is_conflict() { 1 } else { 5 }))
+fn error_policy(run: Arc<UpdateRun>, error: &Error, ctx: Arc<Context>) -> Requeue {
+    // A conflict only means the view was stale: look again at once.
+    let retry_in = if error.is_conflict() {
+        Duration::from_secs(1)
+    } else {
+        ctx.errors.failed(ObjectRef::from_obj(run.as_ref()))
+    };
+    tracing::warn!(run = %run.name_any(), error = %error, ?retry_in, "reconciling UpdateRun failed; retrying");
+    Requeue::requeue(retry_in)
 }
 
 #[tracing::instrument(skip_all, fields(run = %cached.name_any()))]
