@@ -3,4 +3,11 @@
 
 pub mod clusters;
 pub mod content;
+mod content_marks;
 pub mod controller;
+mod gather;
+pub mod plan;
+mod triggers;
+
+#[cfg(test)]
+mod plan_tests;
