@@ -17,6 +17,7 @@ use fleethub_crds::member_cluster::{
 use fleethub_crds::{GROUP, MemberCluster, Work, names};
 use futures::StreamExt;
 use jiff::Timestamp;
+use k8s_openapi::Resource as _;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
@@ -36,11 +37,8 @@ use crate::metrics::Metrics;
 /// Kept for `kubectl-fleet`, which still reads it from here; defined in `fleethub_crds`.
 pub use fleethub_crds::member_cluster::AGENT_SERVICE_ACCOUNT;
 
-/// The name of the ClusterRole (and binding) that lets member `cluster`'s agent touch its own
-/// MemberCluster.
-pub fn cluster_role_name(cluster: &str) -> String {
-    format!("fleethub:member:{cluster}")
-}
+/// Kept for the tests that read it from here; defined in `fleethub_crds::names`.
+pub use fleethub_crds::names::agent_cluster_role_name as cluster_role_name;
 
 /// The objects the hub provisions for a member, each owned by its MemberCluster and labelled
 /// with its name, in the order they are applied (the namespace first).
@@ -82,13 +80,13 @@ pub fn provisioned_objects(member: &MemberCluster) -> Provisioned {
         ..Default::default()
     };
     let subjects = Some(vec![Subject {
-        kind: "ServiceAccount".into(),
+        kind: ServiceAccount::KIND.into(),
         name: AGENT_SERVICE_ACCOUNT.into(),
         namespace: Some(ns.clone()),
         ..Default::default()
     }]);
     let role_ref = |kind: &str, name: &str| RoleRef {
-        api_group: "rbac.authorization.k8s.io".into(),
+        api_group: Role::GROUP.into(),
         kind: kind.into(),
         name: name.into(),
     };
@@ -121,7 +119,7 @@ pub fn provisioned_objects(member: &MemberCluster) -> Provisioned {
         },
         role_binding: RoleBinding {
             metadata: meta(AGENT_ROLE, Some(&ns)),
-            role_ref: role_ref("Role", AGENT_ROLE),
+            role_ref: role_ref(Role::KIND, AGENT_ROLE),
             subjects: subjects.clone(),
         },
         cluster_role: ClusterRole {
@@ -134,7 +132,7 @@ pub fn provisioned_objects(member: &MemberCluster) -> Provisioned {
         },
         cluster_role_binding: ClusterRoleBinding {
             metadata: meta(&cluster_role, None),
-            role_ref: role_ref("ClusterRole", &cluster_role),
+            role_ref: role_ref(ClusterRole::KIND, &cluster_role),
             subjects,
         },
     }

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fleethub_crds::{GROUP, Placement, Work};
+use k8s_openapi::Resource as _;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DynamicObject, ListParams};
 use kube::discovery::{Discovery, Scope, verbs};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -92,7 +94,7 @@ pub async fn gather(
         for obj in selected {
             let name = obj.name_any();
             objects.push(with_type(obj, &ar)?);
-            if sel.kind == "Namespace" && sel.group.is_empty() {
+            if sel.kind == Namespace::KIND && sel.group.is_empty() {
                 objects.extend(namespace_content(client, discovery, &name).await?);
             }
         }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use fleethub_crds::binding::{BindingSpec, BindingState};
 use fleethub_crds::conditions::{FALSE, NewCondition, TRUE, find, set_condition};
 use fleethub_crds::placement::{
-    APPLIED, AVAILABLE, ClusterPlacementStatus, DEFAULT_REVISION_HISTORY_LIMIT, PlacementStatus,
-    RESOURCES_SNAPSHOTTED, ROLLOUT_STARTED, RolloutStrategyType, SCHEDULED, reason,
+    DEFAULT_REVISION_HISTORY_LIMIT, PlacementStatus, RESOURCES_SNAPSHOTTED, RolloutStrategyType,
+    SCHEDULED, reason,
 };
 use fleethub_crds::resource_snapshot::ResourceSnapshotSpec;
 use fleethub_crds::update_run::SUCCEEDED;
@@ -22,7 +22,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
 use super::clusters::{self, BindingChange, Member};
-use super::content;
+use super::{content, status};
 
 /// Objects of kinds the hub does not watch are re-read this often, and a placement is
 /// reconciled at least this often.
@@ -81,48 +81,71 @@ pub fn plan(placement: &Placement, observed: Observed, now: Timestamp) -> Plan {
         members,
         bindings,
     } = observed;
-    let generation = placement.metadata.generation;
     let mut status = placement.status.clone().unwrap_or_default();
 
     // 1. The snapshot: a new one when the content changed.
     let snapshot = match plan_snapshot(placement, &snapshots, content, &mut status, now) {
         Ok(snapshot) => snapshot,
-        Err(next) => {
-            return Plan {
-                snapshot: None,
-                content_hash: None,
-                prune: Vec::new(),
-                bindings: Vec::new(),
-                status,
-                next,
-            };
-        }
+        Err(next) => return Plan::status_only(status, next),
     };
     let mut plan = Plan {
-        prune: excess_snapshots(placement, &snapshots),
         snapshot: snapshot.new,
         content_hash: snapshot.content_hash,
-        bindings: Vec::new(),
-        status: PlacementStatus::default(),
-        next: Requeue::await_change(),
+        prune: excess_snapshots(placement, &snapshots),
+        ..Plan::status_only(PlacementStatus::default(), Requeue::await_change())
     };
 
     // 2. The bindings of the selected clusters.
     let (selected, missing) = match clusters::select(placement.spec.policy.as_ref(), &members) {
         Ok(selection) => selection,
         Err(why) => {
+            let generation = placement.metadata.generation;
             let c = NewCondition::new(SCHEDULED, FALSE, reason::INVALID_POLICY, why, generation);
             set_condition(&mut status.conditions, c, now);
             plan.status = status;
             return plan;
         }
     };
-    let strategy = placement
-        .spec
-        .strategy
-        .as_ref()
-        .map(|s| s.type_)
-        .unwrap_or_default();
+    plan.bindings = plan_bindings(placement, &selected, &bindings, snapshot.latest);
+
+    // 3. The status.
+    status::report(
+        &mut status,
+        placement,
+        status::Selection {
+            selected: &selected,
+            missing: &missing,
+            bindings: &bindings,
+            latest: snapshot.latest,
+        },
+        now,
+    );
+    plan.status = status;
+    plan.next = Requeue::requeue(RESYNC);
+    plan
+}
+
+impl Plan {
+    /// A plan that writes nothing but `status`.
+    fn status_only(status: PlacementStatus, next: Requeue) -> Self {
+        Plan {
+            snapshot: None,
+            content_hash: None,
+            prune: Vec::new(),
+            bindings: Vec::new(),
+            status,
+            next,
+        }
+    }
+}
+
+/// How the placement's `bindings` must change for `selected` clusters and the `latest` snapshot.
+fn plan_bindings(
+    placement: &Placement,
+    selected: &[String],
+    bindings: &[Arc<Binding>],
+    latest: Option<i64>,
+) -> Vec<BindingChange> {
     let existing: BTreeMap<String, (BindingState, Option<i64>)> = bindings
         .iter()
         .map(|b| {
@@ -131,29 +154,17 @@ pub fn plan(placement: &Placement, observed: Observed, now: Timestamp) -> Plan {
             (spec.target_cluster.clone(), current)
         })
         .collect();
-    plan.bindings = clusters::binding_changes(strategy, &selected, &existing, snapshot.latest);
+    clusters::binding_changes(strategy(placement), selected, &existing, latest)
+}
 
-    // 3. The status.
-    status.observed_generation = generation;
-    status.latest_resource_snapshot_index = snapshot.latest;
-    status.selected_cluster_count = Some(selected.len() as i32);
-    set_condition(
-        &mut status.conditions,
-        scheduled(&selected, &missing, generation),
-        now,
-    );
-    roll_up(
-        &mut status,
-        &bindings,
-        &selected,
-        snapshot.latest,
-        strategy,
-        now,
-        generation,
-    );
-    plan.status = status;
-    plan.next = Requeue::requeue(RESYNC);
-    plan
+/// The placement's rollout strategy type (`RollingUpdate` unless it says otherwise).
+pub fn strategy(placement: &Placement) -> RolloutStrategyType {
+    placement
+        .spec
+        .strategy
+        .as_ref()
+        .map(|s| s.type_)
+        .unwrap_or_default()
 }
 
 /// What [`plan_snapshot`] decided.
@@ -337,128 +348,4 @@ pub fn indices_in_use(runs: &[UpdateRun], placement: &str) -> BTreeSet<i64> {
         })
         .filter_map(|r| r.spec.resource_snapshot_index.parse().ok())
         .collect()
-}
-
-/// The placement's `Scheduled` condition, given the clusters selected and those wanted but
-/// missing.
-fn scheduled<'a>(
-    selected: &[String],
-    missing: &[String],
-    generation: Option<i64>,
-) -> NewCondition<'a> {
-    let (status, reason, message) = if missing.is_empty() {
-        (
-            TRUE,
-            reason::SCHEDULING_POLICY_FULFILLED,
-            format!("{} clusters selected", selected.len()),
-        )
-    } else {
-        (
-            FALSE,
-            reason::CLUSTERS_UNAVAILABLE,
-            format!(
-                "{} clusters selected; not joined or not found: {}",
-                selected.len(),
-                missing.join(", ")
-            ),
-        )
-    };
-    NewCondition::new(SCHEDULED, status, reason, message, generation)
-}
-
-/// Per-cluster and overall rollout conditions from the bindings.
-pub fn roll_up(
-    status: &mut PlacementStatus,
-    bindings: &[Arc<Binding>],
-    selected: &[String],
-    latest: Option<i64>,
-    strategy: RolloutStrategyType,
-    now: Timestamp,
-    generation: Option<i64>,
-) {
-    let mut per_cluster = Vec::new();
-    let (mut applied, mut available) = (0, 0);
-    for cluster in selected {
-        let mut conds = status
-            .placement_statuses
-            .iter()
-            .find(|c| &c.cluster_name == cluster)
-            .map(|c| c.conditions.clone())
-            .unwrap_or_default();
-        let binding = bindings.iter().find(|b| &b.spec.target_cluster == cluster);
-        let index = binding.and_then(|b| b.spec.resource_snapshot_index);
-        let c = |t, ok: bool, r, m: String| {
-            NewCondition::new(t, if ok { TRUE } else { FALSE }, r, m, generation)
-        };
-        let selected = format!("cluster {cluster} is selected");
-        set_condition(
-            &mut conds,
-            c(SCHEDULED, true, reason::CLUSTER_SCHEDULED, selected),
-            now,
-        );
-        let started = binding.is_some_and(|b| b.spec.state == BindingState::Bound);
-        let message = match (index, &binding.and_then(|b| b.spec.update_run_name.clone())) {
-            (Some(i), Some(run)) => format!("resource snapshot {i}, rolled out by UpdateRun {run}"),
-            (Some(i), None) => format!("resource snapshot {i}"),
-            (None, _) if strategy == RolloutStrategyType::External => {
-                "waiting for an UpdateRun to roll out a snapshot".to_string()
-            }
-            (None, _) => "waiting for a snapshot".to_string(),
-        };
-        let why = if started {
-            reason::ROLLOUT_STARTED
-        } else {
-            reason::ROLLOUT_NOT_STARTED
-        };
-        set_condition(&mut conds, c(ROLLOUT_STARTED, started, why, message), now);
-        for type_ in [APPLIED, AVAILABLE] {
-            let reported = binding
-                .and_then(|b| b.status.as_ref())
-                .and_then(|s| find(&s.conditions, type_));
-            let ok = reported.is_some_and(|r| r.status == TRUE);
-            let message = reported.map_or("no report yet".to_string(), |r| r.message.clone());
-            let why = if ok {
-                reason::MEMBER_REPORTED
-            } else {
-                reason::NOT_YET
-            };
-            set_condition(&mut conds, c(type_, ok, why, message), now);
-            if ok && type_ == APPLIED {
-                applied += 1;
-            }
-            if ok && type_ == AVAILABLE && index == latest {
-                available += 1;
-            }
-        }
-        per_cluster.push(ClusterPlacementStatus {
-            cluster_name: cluster.clone(),
-            resource_snapshot_index: index,
-            conditions: conds,
-        });
-    }
-    status.placement_statuses = per_cluster;
-    let n = selected.len();
-    let c = |t, ok: bool, yes, no, m: String| {
-        let (status, reason) = if ok { (TRUE, yes) } else { (FALSE, no) };
-        NewCondition::new(t, status, reason, m, generation)
-    };
-    let all_applied = c(
-        APPLIED,
-        applied == n,
-        reason::ALL_APPLIED,
-        reason::NOT_ALL_APPLIED,
-        format!("{applied}/{n} clusters applied their Work"),
-    );
-    set_condition(&mut status.conditions, all_applied, now);
-    let latest_text = latest.map_or("-".to_string(), |l| l.to_string());
-    let all_available = c(
-        AVAILABLE,
-        available == n,
-        reason::ALL_AVAILABLE,
-        reason::NOT_ALL_AVAILABLE,
-        format!(
-            "{available}/{n} clusters run the latest resource snapshot ({latest_text}) and are available"
-        ),
-    );
-    set_condition(&mut status.conditions, all_available, now);
 }

@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use super::clusters::{BindingChange, Member};
 use super::content;
 use super::plan::*;
+use super::status::roll_up;
 
 fn t(secs: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + secs).unwrap()

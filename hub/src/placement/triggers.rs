@@ -8,6 +8,7 @@ use fleethub_crds::conditions::is_true;
 use fleethub_crds::member_cluster::JOINED;
 use fleethub_crds::{MemberCluster, Placement};
 use futures::{StreamExt, stream};
+use k8s_openapi::Resource as _;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
@@ -61,8 +62,8 @@ fn affected(
         .iter()
         .filter(|p| {
             p.spec.resource_selectors.iter().any(|s| {
-                if s.kind == "Namespace" && s.group.is_empty() {
-                    let ns = if kind == "Namespace" {
+                if s.kind == Namespace::KIND && s.group.is_empty() {
+                    let ns = if kind == Namespace::KIND {
                         Some(name)
                     } else {
                         namespace
