@@ -15,6 +15,10 @@ use serde::{Deserialize, Serialize};
 /// AppliedWorks of its own member name when several agents share one member cluster.
 pub const WORK_NAMESPACE_LABEL: &str = "fleethub.dev/work-namespace";
 
+/// Annotation the member agent puts on every object it applies: the hub Work
+/// (`<namespace>/<name>`) the object came from.
+pub const WORK_ANNOTATION: &str = "fleethub.dev/work";
+
 /// The longest object name the API server accepts (a DNS subdomain).
 const MAX_NAME: usize = 253;
 

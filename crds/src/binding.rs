@@ -7,6 +7,31 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::work::{APPLIED, AVAILABLE};
+
+/// Condition type: the Work carries the snapshot the binding points at.
+pub const WORK_SYNCHRONIZED: &str = "WorkSynchronized";
+
+/// Reasons the work generator writes on a Binding's conditions.
+pub mod reason {
+    /// `WorkSynchronized=True`.
+    pub const WORK_SYNCHRONIZED: &str = "WorkSynchronized";
+    /// `WorkSynchronized=False`: the binding is Scheduled, no snapshot is bound yet.
+    pub const SCHEDULED: &str = "Scheduled";
+    /// `WorkSynchronized=False`: the snapshot the binding points at does not exist.
+    pub const SNAPSHOT_NOT_FOUND: &str = "SnapshotNotFound";
+    /// `WorkSynchronized=False`: the member's namespace on the hub does not exist (yet).
+    pub const MEMBER_NAMESPACE_MISSING: &str = "MemberNamespaceMissing";
+    /// `WorkSynchronized=False`: the cluster is no longer selected; its Work is removed.
+    pub const UNSCHEDULED: &str = "Unscheduled";
+    /// `Applied`/`Available=True` as the member reported it.
+    pub const MEMBER_REPORTED: &str = "MemberReported";
+    /// `Applied`/`Available=False` as the member reported it.
+    pub const MEMBER_REPORTED_NOT_READY: &str = "MemberReportedNotReady";
+    /// `Applied`/`Available=False`: the member has not reported on the current Work yet.
+    pub const NOT_REPORTED: &str = "NotReported";
+}
+
 /// Binds one Placement to one member cluster, named `<placement>-<cluster>`. Pointing it at a
 /// resource snapshot index is how a cluster is moved to a version; its status rolls up what the
 /// member reported.

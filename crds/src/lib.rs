@@ -12,6 +12,7 @@ pub mod binding;
 pub mod concurrency;
 pub mod conditions;
 pub mod duration;
+pub mod field_manager;
 pub mod member_cluster;
 pub mod names;
 pub mod placement;

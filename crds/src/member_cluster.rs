@@ -1,6 +1,7 @@
 //! `MemberCluster`: one per member cluster of the fleet.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 #[allow(unused_imports)]
@@ -12,9 +13,31 @@ use serde::{Deserialize, Serialize};
 pub const JOINED: &str = "Joined";
 /// Condition type: the member's agent heartbeats on time.
 pub const HEALTHY: &str = "Healthy";
-/// The member agent's ServiceAccount, in its member's namespace on the hub
-/// (`fleet-member-<name>`) and in the agent's namespace on the member.
+
+/// Reasons of a MemberCluster's conditions.
+pub mod reason {
+    /// `Joined=True`, written by the member agent.
+    pub const AGENT_JOINED: &str = "AgentJoined";
+    /// `Healthy=Unknown`: no heartbeat has arrived yet.
+    pub const AGENT_NOT_JOINED: &str = "AgentNotJoined";
+    /// `Healthy=True`: the last heartbeat is recent.
+    pub const HEARTBEAT_FRESH: &str = "HeartbeatFresh";
+    /// `Healthy=False`: heartbeats stopped for several periods.
+    pub const HEARTBEAT_STALE: &str = "HeartbeatStale";
+}
+
+/// Heartbeat period when `spec.heartbeatPeriodSeconds` is not set.
+pub const DEFAULT_HEARTBEAT_PERIOD: Duration = Duration::from_secs(15);
+
+/// The member agent's ServiceAccount in its member's hub namespace (`fleet-member-<name>`): the
+/// identity the agent uses on the hub.
 pub const AGENT_SERVICE_ACCOUNT: &str = "member-agent";
+/// The Role (and RoleBinding) in a member's hub namespace that lets its agent read its Works
+/// and write their status.
+pub const AGENT_ROLE: &str = "fleethub-member-agent";
+/// Finalizer `kubectl fleet unjoin` puts on a MemberCluster while it removes the member's
+/// agent and what its Works deployed.
+pub const UNJOIN_FINALIZER: &str = "fleethub.dev/kubectl-fleet-unjoin";
 
 /// A member cluster of the fleet. Its labels are what update stages select on. Creating one makes
 /// the hub provision namespace `fleet-member-<name>` with RBAC that lets that member's agent read

@@ -66,6 +66,12 @@ pub fn resource_snapshot_part_name(placement: &str, index: u64, part: u32) -> St
     }
 }
 
+/// The ClusterRole (and ClusterRoleBinding) on the hub that lets member `cluster`'s agent read
+/// and report on its own MemberCluster.
+pub fn agent_cluster_role_name(cluster: &str) -> String {
+    format!("fleethub:member:{cluster}")
+}
+
 /// The Binding of `placement` to member `cluster`.
 pub fn binding_name(placement: &str, cluster: &str) -> String {
     format!("{placement}-{cluster}")
@@ -115,6 +121,7 @@ mod tests {
         assert_eq!(resource_snapshot_part_name("web", 3, 2), "web-3-snapshot-2");
         assert_eq!(binding_name("web", "member-1"), "web-member-1");
         assert_eq!(work_name("web"), "web");
+        assert_eq!(agent_cluster_role_name("m1"), "fleethub:member:m1");
     }
 
     #[test]

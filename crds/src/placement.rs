@@ -7,6 +7,52 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::work::{APPLIED, AVAILABLE};
+
+/// Condition type (placement and per cluster): the clusters are selected.
+pub const SCHEDULED: &str = "Scheduled";
+/// Condition type: the latest snapshot holds the selected objects as they are now.
+pub const RESOURCES_SNAPSHOTTED: &str = "ResourcesSnapshotted";
+/// Condition type (per cluster): the cluster's Binding is Bound to a snapshot.
+pub const ROLLOUT_STARTED: &str = "RolloutStarted";
+
+/// Snapshots kept when `spec.revisionHistoryLimit` is not set.
+pub const DEFAULT_REVISION_HISTORY_LIMIT: usize = 10;
+
+/// Reasons the placement controller writes on a Placement's conditions.
+pub mod reason {
+    pub use crate::binding::reason::MEMBER_REPORTED;
+
+    /// `Scheduled=False`: a resource selector names something the hub cannot snapshot.
+    pub const INVALID_RESOURCE_SELECTOR: &str = "InvalidResourceSelector";
+    /// `Scheduled=False`: the cluster policy cannot be evaluated.
+    pub const INVALID_POLICY: &str = "InvalidPolicy";
+    /// `Scheduled=True`: every cluster the policy asks for is selected.
+    pub const SCHEDULING_POLICY_FULFILLED: &str = "SchedulingPolicyFulfilled";
+    /// `Scheduled=False`: clusters the policy names have not joined or do not exist.
+    pub const CLUSTERS_UNAVAILABLE: &str = "ClustersUnavailable";
+    /// `ResourcesSnapshotted=True`.
+    pub const SNAPSHOTTED: &str = "Snapshotted";
+    /// `ResourcesSnapshotted=False`: a selected object does not fit in a snapshot part.
+    pub const OBJECT_TOO_LARGE: &str = "ObjectTooLarge";
+    /// A cluster's `Scheduled=True`.
+    pub const CLUSTER_SCHEDULED: &str = "Scheduled";
+    /// A cluster's `RolloutStarted=True`.
+    pub const ROLLOUT_STARTED: &str = "RolloutStarted";
+    /// A cluster's `RolloutStarted=False`.
+    pub const ROLLOUT_NOT_STARTED: &str = "RolloutNotStarted";
+    /// A cluster's `Applied`/`Available=False`: no (good) report yet.
+    pub const NOT_YET: &str = "NotYet";
+    /// `Applied=True`: every selected cluster applied its Work.
+    pub const ALL_APPLIED: &str = "AllApplied";
+    /// `Applied=False`.
+    pub const NOT_ALL_APPLIED: &str = "NotAllApplied";
+    /// `Available=True`: every selected cluster runs the latest snapshot and is available.
+    pub const ALL_AVAILABLE: &str = "AllAvailable";
+    /// `Available=False`.
+    pub const NOT_ALL_AVAILABLE: &str = "NotAllAvailable";
+}
+
 /// Selects hub objects to place on member clusters: `PickAll` selected clusters receive every
 /// object these selectors match (a Namespace brings everything in it along).
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

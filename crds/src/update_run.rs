@@ -29,15 +29,10 @@ pub const METRIC_CHECK_PASSED: &str = "MetricCheckPassed";
 /// Name of the final stage (`status.deletionStageStatus`) that removes the workload from
 /// clusters the placement no longer selects.
 pub const DELETION_STAGE: &str = "fleethub.dev/delete";
-/// How long a cluster may take to become available when the run does not say.
-pub const DEFAULT_HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
 /// The most clusters one run tracks. Each cluster's progress is kept in the run's status (about
 /// 550 bytes with a 50-character name), and etcd stores at most 1.5 MiB per object: past this a
 /// run could not record its progress at all, so it is refused at initialization instead.
 pub const MAX_RUN_CLUSTERS: usize = 2_000;
-/// Field manager of the hub's update-run controller (run status, Bindings it points,
-/// ApprovalRequests it accepts).
-pub const FIELD_MANAGER: &str = "fleethub/update-run";
 
 /// Reasons of a run's, a stage's, a cluster's and a task's conditions (and of the run's
 /// events).

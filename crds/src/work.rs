@@ -1,5 +1,7 @@
 //! `Work`: the manifests one member must apply for one binding.
 
+use std::time::Duration;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 #[allow(unused_imports)]
 use kube::core::{ListMerge, Rule};
@@ -12,6 +14,38 @@ use crate::schema::embedded_objects;
 pub const APPLIED: &str = "Applied";
 /// Condition type: every workload in the Work runs the new template and is ready.
 pub const AVAILABLE: &str = "Available";
+
+/// How long a member may take to make a Work's workloads available when the Work does not say
+/// (`spec.healthTimeout`).
+pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// Finalizer the member agent puts on each Work it applies, so that deleting the Work waits
+/// until the agent removed from its member what it created for it.
+pub const CLEANUP_FINALIZER: &str = "fleethub.dev/member-agent-cleanup";
+
+/// Reasons the member agent writes on a Work's conditions (the Work's and each manifest's).
+/// The hub reads them too: an `Available=False` with [`reason::HEALTH_TIMEOUT`] fails a cluster.
+pub mod reason {
+    /// `Applied=True`: every manifest was applied.
+    pub const MANIFESTS_APPLIED: &str = "ManifestsApplied";
+    /// `Applied=False` (the Work's and a manifest's): a manifest could not be applied.
+    pub const APPLY_FAILED: &str = "ApplyFailed";
+    /// `Available` (False for the Work, Unknown for a manifest) while not applied: availability
+    /// is not judged.
+    pub const NOT_APPLIED: &str = "NotApplied";
+    /// `Available=True`: every workload runs the new template and is ready.
+    pub const WORKLOADS_AVAILABLE: &str = "WorkloadsAvailable";
+    /// `Available=False`: a workload is not ready yet, within the health timeout.
+    pub const WORKLOADS_NOT_READY: &str = "WorkloadsNotReady";
+    /// `Available=False`: a workload did not become ready within the health timeout.
+    pub const HEALTH_TIMEOUT: &str = "HealthTimeout";
+    /// A manifest's `Applied=True`.
+    pub const MANIFEST_APPLIED: &str = "Applied";
+    /// A manifest's `Available=True`.
+    pub const MANIFEST_AVAILABLE: &str = "Available";
+    /// A manifest's `Available=False`: its workload is not ready.
+    pub const MANIFEST_NOT_READY: &str = "WorkloadNotReady";
+}
 
 /// The manifests one member cluster must apply for one Binding. Lives in the hub namespace
 /// `fleet-member-<cluster>`; its status is written by that member's agent.
@@ -134,10 +168,4 @@ pub struct ManifestIdentifier {
     pub namespace: Option<String>,
     /// Name.
     pub name: String,
-}
-
-/// Reasons the member agent writes on a Work's conditions.
-pub mod reason {
-    /// `Available=False`: the Work did not become available within its health timeout.
-    pub const HEALTH_TIMEOUT: &str = "HealthTimeout";
 }

@@ -4,77 +4,138 @@
 //! Everything provisioned is owned by the MemberCluster, so deleting it cleans up (the real
 //! garbage collector and namespace controller do the work).
 
+use std::collections::BTreeMap;
+use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
 use fleethub_crds::conditions::{FALSE, NewCondition, TRUE, UNKNOWN, set_condition};
-use fleethub_crds::member_cluster::HEALTHY;
-use fleethub_crds::{MemberCluster, names};
+use fleethub_crds::field_manager::MEMBERSHIP as FIELD_MANAGER;
+use fleethub_crds::member_cluster::{
+    AGENT_ROLE, DEFAULT_HEARTBEAT_PERIOD, HEALTHY, MemberClusterStatus, reason,
+};
+use fleethub_crds::{GROUP, MemberCluster, Work, names};
 use futures::StreamExt;
 use jiff::Timestamp;
-use kube::api::{DynamicObject, Patch, PatchParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use k8s_openapi::Resource as _;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, Client, Resource, ResourceExt};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::clock::Clock;
 use crate::metrics::Metrics;
 
-/// Field manager of every write this controller makes.
-pub const FIELD_MANAGER: &str = "fleethub/membership";
-/// The member agent's ServiceAccount in its namespace.
+/// Kept for `hub/tests/least_privilege.rs`, which reads it from here; defined in `fleethub_crds`.
 pub use fleethub_crds::member_cluster::AGENT_SERVICE_ACCOUNT;
-/// Heartbeat period when the MemberCluster does not set one.
-pub const DEFAULT_HEARTBEAT_PERIOD: Duration = Duration::from_secs(15);
 
-/// The name of the ClusterRole (and binding) that lets member `cluster`'s agent touch its own
-/// MemberCluster.
-pub fn cluster_role_name(cluster: &str) -> String {
-    format!("fleethub:member:{cluster}")
+/// Kept for the tests that read it from here; defined in `fleethub_crds::names`.
+pub use fleethub_crds::names::agent_cluster_role_name as cluster_role_name;
+
+/// The objects the hub provisions for a member, each owned by its MemberCluster and labelled
+/// with its name, in the order they are applied (the namespace first).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Provisioned {
+    /// `fleet-member-<name>`, which holds the member's Works.
+    pub namespace: Namespace,
+    /// The identity of the member's agent on the hub.
+    pub service_account: ServiceAccount,
+    /// Reading the member's Works and writing their status, and recording events.
+    pub role: Role,
+    /// Grants `role` to `service_account`.
+    pub role_binding: RoleBinding,
+    /// Reading and writing the status of the member's own MemberCluster, and nothing else.
+    pub cluster_role: ClusterRole,
+    /// Grants `cluster_role` to `service_account`.
+    pub cluster_role_binding: ClusterRoleBinding,
 }
 
-/// The objects the hub provisions for member `name` (each owned by the MemberCluster).
-pub fn provisioned_objects(member: &MemberCluster) -> Vec<Value> {
+/// The objects the hub provisions for `member`.
+pub fn provisioned_objects(member: &MemberCluster) -> Provisioned {
     let name = member.name_any();
     let ns = names::member_namespace(&name);
-    let owner = member
-        .controller_owner_ref(&())
-        .map(|o| vec![o])
-        .unwrap_or_default();
-    let meta = |name: &str, namespace: Option<&str>| {
-        let mut m = json!({"name": name, "ownerReferences": owner, "labels": {names::CLUSTER_LABEL: member.name_any()}});
-        if let Some(ns) = namespace {
-            m["namespace"] = json!(ns);
-        }
-        m
+    let meta = |object: &str, namespace: Option<&str>| ObjectMeta {
+        name: Some(object.to_string()),
+        namespace: namespace.map(str::to_string),
+        labels: Some(BTreeMap::from([(
+            names::CLUSTER_LABEL.to_string(),
+            name.clone(),
+        )])),
+        owner_references: member.controller_owner_ref(&()).map(|o| vec![o]),
+        ..Default::default()
     };
-    let subject =
-        json!([{"kind": "ServiceAccount", "name": AGENT_SERVICE_ACCOUNT, "namespace": ns}]);
-    let role = cluster_role_name(&name);
-    vec![
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": meta(&ns, None)}),
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(AGENT_SERVICE_ACCOUNT, Some(&ns))}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta("fleethub-member-agent", Some(&ns)),
-        "rules": [
-            {"apiGroups": ["fleethub.dev"], "resources": ["works"], "verbs": ["get", "list", "watch", "update", "patch"]},
-            {"apiGroups": ["fleethub.dev"], "resources": ["works/status"], "verbs": ["get", "update", "patch"]},
-            {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}
-        ]}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta("fleethub-member-agent", Some(&ns)),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "fleethub-member-agent"},
-            "subjects": subject}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta(&role, None),
-        "rules": [
-            {"apiGroups": ["fleethub.dev"], "resources": ["memberclusters"], "resourceNames": [name], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["fleethub.dev"], "resources": ["memberclusters/status"], "resourceNames": [name], "verbs": ["get", "update", "patch"]}
-        ]}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": meta(&role, None),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": subject}),
-    ]
+    let rule = |resources: &[&str], names: &[&str], verbs: &[&str]| PolicyRule {
+        api_groups: Some(vec![GROUP.to_string()]),
+        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+        resource_names: (!names.is_empty()).then(|| names.iter().map(|n| n.to_string()).collect()),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..Default::default()
+    };
+    let subjects = Some(vec![Subject {
+        kind: ServiceAccount::KIND.into(),
+        name: AGENT_SERVICE_ACCOUNT.into(),
+        namespace: Some(ns.clone()),
+        ..Default::default()
+    }]);
+    let role_ref = |kind: &str, name: &str| RoleRef {
+        api_group: Role::GROUP.into(),
+        kind: kind.into(),
+        name: name.into(),
+    };
+    let works = Work::plural(&()).to_string();
+    let works_status = format!("{works}/status");
+    let members = MemberCluster::plural(&()).to_string();
+    let members_status = format!("{members}/status");
+    let cluster_role = cluster_role_name(&name);
+    Provisioned {
+        namespace: Namespace {
+            metadata: meta(&ns, None),
+            ..Default::default()
+        },
+        service_account: ServiceAccount {
+            metadata: meta(AGENT_SERVICE_ACCOUNT, Some(&ns)),
+            ..Default::default()
+        },
+        role: Role {
+            metadata: meta(AGENT_ROLE, Some(&ns)),
+            rules: Some(vec![
+                rule(&[&works], &[], &["get", "list", "watch", "update", "patch"]),
+                rule(&[&works_status], &[], &["get", "update", "patch"]),
+                PolicyRule {
+                    api_groups: Some(vec![String::new(), "events.k8s.io".into()]),
+                    resources: Some(vec!["events".into()]),
+                    verbs: vec!["create".into(), "patch".into()],
+                    ..Default::default()
+                },
+            ]),
+        },
+        role_binding: RoleBinding {
+            metadata: meta(AGENT_ROLE, Some(&ns)),
+            role_ref: role_ref(Role::KIND, AGENT_ROLE),
+            subjects: subjects.clone(),
+        },
+        cluster_role: ClusterRole {
+            metadata: meta(&cluster_role, None),
+            rules: Some(vec![
+                rule(&[&members], &[&name], &["get", "list", "watch"]),
+                rule(&[&members_status], &[&name], &["get", "update", "patch"]),
+            ]),
+            ..Default::default()
+        },
+        cluster_role_binding: ClusterRoleBinding {
+            metadata: meta(&cluster_role, None),
+            role_ref: role_ref(ClusterRole::KIND, &cluster_role),
+            subjects,
+        },
+    }
 }
 
 /// The member's health judged from its last heartbeat: the condition to set and, while the
@@ -88,7 +149,7 @@ pub fn judge_health(
     let Some(last) = last_heartbeat else {
         return (
             UNKNOWN,
-            "AgentNotJoined",
+            reason::AGENT_NOT_JOINED,
             "the member agent has not reported a heartbeat yet".to_string(),
             None,
         );
@@ -99,7 +160,7 @@ pub fn judge_health(
     if now < stale_at {
         (
             TRUE,
-            "HeartbeatFresh",
+            reason::HEARTBEAT_FRESH,
             format!(
                 "last heartbeat {age}s ago (expected every {}s)",
                 period.as_secs()
@@ -109,7 +170,7 @@ pub fn judge_health(
     } else {
         (
             FALSE,
-            "HeartbeatStale",
+            reason::HEARTBEAT_STALE,
             format!(
                 "no heartbeat from the member agent for {age}s (expected every {}s; unhealthy after {}s): check the agent in the member cluster",
                 period.as_secs(),
@@ -129,6 +190,16 @@ struct Context {
     /// heartbeat going stale and coming back) does not re-apply them; they are re-asserted at
     /// least every `REPROVISION_AFTER` (repairing hand-made damage) and after a restart.
     provisioned: std::sync::Mutex<std::collections::HashMap<String, jiff::Timestamp>>,
+}
+
+impl Context {
+    /// When each member's objects were last provisioned (a poisoned lock still holds a view
+    /// worth keeping: at worst a member is provisioned again).
+    fn provisioned(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, jiff::Timestamp>> {
+        self.provisioned.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// Members reconciled at once. After a restart every member's six provisioned objects are
@@ -220,41 +291,17 @@ fn error_policy(member: Arc<MemberCluster>, error: &Error, _ctx: Arc<Context>) -
 async fn reconcile(member: Arc<MemberCluster>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let uid = member.metadata.uid.clone().unwrap_or_default();
     if member.metadata.deletion_timestamp.is_some() {
-        ctx.provisioned.lock().unwrap().remove(&uid);
+        ctx.provisioned().remove(&uid);
         return Ok(Requeue::await_change()); // owner references clean up
     }
-    let params = PatchParams::apply(FIELD_MANAGER).force();
     let now = ctx.clock.now();
     let fresh = ctx
-        .provisioned
-        .lock()
-        .unwrap()
+        .provisioned()
         .get(&uid)
         .is_some_and(|at| now.duration_since(*at).unsigned_abs() < REPROVISION_AFTER);
-    let to_provision = if fresh {
-        Vec::new()
-    } else {
-        provisioned_objects(&member)
-    };
-    for obj in to_provision.iter() {
-        let gvk = GroupVersionKind::try_from(
-            &serde_json::from_value::<kube::core::TypeMeta>(obj.clone())
-                .map_err(|e| Error::Invalid(e.to_string()))?,
-        )
-        .map_err(|e| Error::Invalid(e.to_string()))?;
-        let ar = ApiResource::from_gvk_with_plural(&gvk, &plural(&gvk.kind));
-        let name = obj["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
-            Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &ar),
-            None => Api::all_with(ctx.client.clone(), &ar),
-        };
-        api.patch(&name, &params, &Patch::Apply(obj)).await?;
-    }
     if !fresh {
-        ctx.provisioned.lock().unwrap().insert(uid, now);
+        provision(&ctx.client, provisioned_objects(&member)).await?;
+        ctx.provisioned().insert(uid, now);
     }
 
     let status = member.status.clone().unwrap_or_default();
@@ -286,15 +333,23 @@ async fn reconcile(member: Arc<MemberCluster>, ctx: Arc<Context>) -> Result<Requ
     let existing = fleethub_crds::conditions::find(&status.conditions, HEALTHY);
     let moved = existing.is_none_or(|c| c.status != state || c.reason != reason);
     if changed && moved {
-        let healthy = conditions.into_iter().find(|c| c.type_ == HEALTHY);
-        let patch = json!({
-            "apiVersion": "fleethub.dev/v1alpha1",
-            "kind": "MemberCluster",
-            "metadata": {"name": member.name_any()},
-            "status": {"conditions": [healthy]},
-        });
+        // Only `Healthy` is ours: the agent owns the rest of the status.
+        let healthy = conditions.into_iter().filter(|c| c.type_ == HEALTHY);
+        let name = member.name_any();
+        let patch = MemberCluster {
+            status: Some(MemberClusterStatus {
+                conditions: healthy.collect(),
+                ..Default::default()
+            }),
+            // The status subresource ignores the spec; it is sent only because the type has one.
+            ..MemberCluster::new(&name, member.spec.clone())
+        };
         Api::<MemberCluster>::all(ctx.client.clone())
-            .patch_status(&member.name_any(), &params, &Patch::Apply(&patch))
+            .patch_status(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
             .await?;
         tracing::info!(healthy = state, reason, "{message}");
     }
@@ -306,17 +361,34 @@ async fn reconcile(member: Arc<MemberCluster>, ctx: Arc<Context>) -> Result<Requ
     })
 }
 
-fn plural(kind: &str) -> String {
-    match kind {
-        "ServiceAccount" => "serviceaccounts".into(),
-        other => format!("{}s", other.to_lowercase()),
-    }
+/// Applies every object of `p`, the namespace first.
+async fn provision(client: &Client, p: Provisioned) -> Result<(), Error> {
+    let ns = p.namespace.name_any();
+    let c = || client.clone();
+    apply(Api::all(c()), &p.namespace).await?;
+    apply(Api::namespaced(c(), &ns), &p.service_account).await?;
+    apply(Api::namespaced(c(), &ns), &p.role).await?;
+    apply(Api::namespaced(c(), &ns), &p.role_binding).await?;
+    apply(Api::all(c()), &p.cluster_role).await?;
+    apply(Api::all(c()), &p.cluster_role_binding).await
+}
+
+/// Server-side applies `object` through `api` under this controller's field manager.
+async fn apply<K>(api: Api<K>, object: &K) -> Result<(), Error>
+where
+    K: Resource + Serialize + DeserializeOwned + Clone + Debug,
+{
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch(&object.name_any(), &params, &Patch::Apply(object))
+        .await?;
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use fleethub_crds::member_cluster::MemberClusterSpec;
+    use serde_json::json;
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + s).unwrap()
@@ -344,7 +416,18 @@ mod tests {
     fn provisioning_is_scoped_to_the_member() {
         let mut member = MemberCluster::new("m1", MemberClusterSpec::default());
         member.metadata.uid = Some("uid-1".into());
-        let objs = provisioned_objects(&member);
+        let p = provisioned_objects(&member);
+        let objs: Vec<serde_json::Value> = [
+            serde_json::to_value(&p.namespace),
+            serde_json::to_value(&p.service_account),
+            serde_json::to_value(&p.role),
+            serde_json::to_value(&p.role_binding),
+            serde_json::to_value(&p.cluster_role),
+            serde_json::to_value(&p.cluster_role_binding),
+        ]
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
         let kinds: Vec<&str> = objs.iter().map(|o| o["kind"].as_str().unwrap()).collect();
         assert_eq!(
             kinds,
@@ -359,14 +442,30 @@ mod tests {
         );
         for o in &objs {
             assert_eq!(o["metadata"]["ownerReferences"][0]["uid"], "uid-1", "{o}");
+            assert_eq!(o["metadata"]["labels"]["fleethub.dev/cluster"], "m1", "{o}");
+            assert!(!o.to_string().contains("null"), "no null fields: {o}");
         }
         assert_eq!(objs[0]["metadata"]["name"], "fleet-member-m1");
+        assert_eq!(objs[1]["metadata"]["name"], "member-agent");
         assert_eq!(objs[2]["metadata"]["namespace"], "fleet-member-m1");
+        assert_eq!(
+            objs[2]["rules"][0],
+            json!({"apiGroups": ["fleethub.dev"], "resources": ["works"],
+                   "verbs": ["get", "list", "watch", "update", "patch"]})
+        );
+        assert_eq!(
+            objs[3]["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "member-agent", "namespace": "fleet-member-m1"}])
+        );
         // Cluster-wide rights are limited to this member's own MemberCluster.
+        assert_eq!(objs[4]["metadata"]["name"], "fleethub:member:m1");
+        assert_eq!(
+            objs[4]["rules"][1]["resources"],
+            json!(["memberclusters/status"])
+        );
         for rule in objs[4]["rules"].as_array().unwrap() {
             assert_eq!(rule["resourceNames"], json!(["m1"]));
         }
-        assert_eq!(plural("ClusterRoleBinding"), "clusterrolebindings");
-        assert_eq!(plural("ServiceAccount"), "serviceaccounts");
+        assert_eq!(objs[5]["roleRef"]["name"], "fleethub:member:m1");
     }
 }

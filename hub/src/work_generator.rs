@@ -1,21 +1,25 @@
 //! The work generator: turns each Bound Binding into the Work its member applies — the manifests
 //! of the snapshot the binding points at, in namespace `fleet-member-<cluster>` — and rolls the
-//! member's report on that Work up into the Binding's status.
+//! member's report on that Work up into the Binding's status. Each reconcile observes the Work,
+//! plans what to do with it, does it, and reports on the Binding.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleethub_crds::binding::BindingState;
+use fleethub_crds::binding::{
+    APPLIED, AVAILABLE, BindingState, BindingStatus, WORK_SYNCHRONIZED, reason,
+};
 use fleethub_crds::conditions::{FALSE, NewCondition, TRUE, find, set_condition};
-use fleethub_crds::work::{APPLIED, AVAILABLE, WorkStatus};
-use fleethub_crds::{Binding, ResourceSnapshot, Work, names};
+use fleethub_crds::work::{WorkSpec, WorkStatus, WorkloadTemplate};
+use fleethub_crds::{Binding, ResourceSnapshot, Work, field_manager, names};
 use futures::StreamExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
@@ -23,11 +27,6 @@ use crate::clock::Clock;
 use crate::error::{GONE, ok_if};
 use crate::metrics::Metrics;
 use fleethub_runtime::CACHE_WAIT;
-
-/// Field manager of every write this controller makes.
-pub const FIELD_MANAGER: &str = "fleethub/work-generator";
-/// Binding condition: the Work carries the snapshot the binding points at.
-pub const WORK_SYNCHRONIZED: &str = "WorkSynchronized";
 
 struct Context {
     client: Client,
@@ -52,7 +51,7 @@ fn up_to_date(work: &Work, index: i64, timeout: &Option<String>) -> bool {
     let (ours, others): (Vec<_>, Vec<_>) = entries
         .iter()
         .filter(writes_spec)
-        .partition(|e| e.manager.as_deref() == Some(FIELD_MANAGER));
+        .partition(|e| e.manager.as_deref() == Some(field_manager::WORK_GENERATOR));
     work.spec.resource_snapshot_index == index
         && work.spec.health_timeout == *timeout
         && work.metadata.deletion_timestamp.is_none()
@@ -136,170 +135,261 @@ async fn snapshot_manifests(
 
 #[tracing::instrument(skip_all, fields(binding = %binding.name_any()))]
 async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, Error> {
-    let cluster = &binding.spec.target_cluster;
-    let placement = &binding.spec.placement_name;
-    let namespace = names::member_namespace(cluster);
-    let work_name = names::work_name(placement);
-    let works: Api<Work> = Api::namespaced(ctx.client.clone(), &namespace);
-    // The Work from the cache; while the cache is still listing (right after a (re)start), from
-    // the API server: a Work missing from a cache being filled would look unreported.
-    let cached: Option<Arc<Work>> =
-        match fleethub_runtime::ready_within(CACHE_WAIT, ctx.works.wait_until_ready()).await {
-            true => ctx
-                .works
-                .get(&ObjectRef::new(&work_name).within(&namespace)),
-            false => works.get_opt(&work_name).await?.map(Arc::new),
-        };
-    let cached_generation = cached.as_ref().and_then(|w| w.metadata.generation);
-    let mut work = cached;
-    let synchronized = |index: i64| {
-        (
-            "WorkSynchronized",
-            TRUE,
-            format!("Work {namespace}/{work_name} carries resource snapshot {index}"),
-        )
-    };
-    let mut sync: (&str, &str, String) =
-        ("Scheduled", FALSE, "no snapshot is bound yet".to_string());
-    let mut requeue = Requeue::await_change();
+    let work = observe(&ctx, &binding).await?;
+    let step = plan(&binding, work.as_deref());
+    let outcome = act(&ctx, &binding, step, work).await?;
+    report(&ctx, &binding, &outcome).await?;
+    Ok(outcome.requeue)
+}
 
+/// The binding's Work, from the cache; while the cache is still listing (right after a
+/// (re)start), from the API server: a Work missing from a cache being filled would look
+/// unreported.
+async fn observe(ctx: &Context, binding: &Binding) -> Result<Option<Arc<Work>>, Error> {
+    let (namespace, name) = work_ref(binding);
+    if fleethub_runtime::ready_within(CACHE_WAIT, ctx.works.wait_until_ready()).await {
+        return Ok(ctx.works.get(&ObjectRef::new(&name).within(&namespace)));
+    }
+    let works: Api<Work> = Api::namespaced(ctx.client.clone(), &namespace);
+    Ok(works.get_opt(&name).await?.map(Arc::new))
+}
+
+/// What to do with a binding's Work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// Nothing: no snapshot is bound yet.
+    Wait,
+    /// Nothing: the Work already carries snapshot `index` as this controller wrote it.
+    Keep(i64),
+    /// Apply the Work carrying snapshot `index`.
+    Apply(i64),
+    /// Delete the Work: the cluster is no longer selected.
+    Remove,
+}
+
+/// What to do with `binding`'s `work`.
+fn plan(binding: &Binding, work: Option<&Work>) -> Step {
+    let timeout = &binding.spec.health_timeout;
     match (binding.spec.state, binding.spec.resource_snapshot_index) {
         (BindingState::Bound, Some(index))
-            if work
-                .as_ref()
-                .is_some_and(|w| up_to_date(w, index, &binding.spec.health_timeout)) =>
+            if work.is_some_and(|w| up_to_date(w, index, timeout)) =>
         {
-            sync = synchronized(index);
+            Step::Keep(index)
         }
-        (BindingState::Bound, Some(index)) => {
-            match snapshot_manifests(&ctx.client, placement, index as u64).await? {
-                None => {
-                    sync = (
-                        "SnapshotNotFound",
-                        FALSE,
-                        format!(
-                            "ResourceSnapshot {} does not exist",
-                            names::resource_snapshot_name(placement, index as u64)
-                        ),
-                    );
-                }
-                Some(manifests) => {
-                    let health_timeout = binding.spec.health_timeout.clone();
-                    let owner = binding.controller_owner_ref(&());
-                    let patch = json!({
-                        "apiVersion": "fleethub.dev/v1alpha1",
-                        "kind": "Work",
-                        "metadata": {
-                            "name": work_name,
-                            "namespace": namespace,
-                            "labels": {names::PLACEMENT_LABEL: placement, names::CLUSTER_LABEL: cluster},
-                            "ownerReferences": owner.map(|o| vec![o]).unwrap_or_default(),
-                        },
-                        "spec": {
-                            "placementName": placement,
-                            "resourceSnapshotIndex": index,
-                            "healthTimeout": health_timeout,
-                            "workload": {"manifests": manifests},
-                        },
-                    });
-                    match works
-                        .patch(
-                            &work_name,
-                            &PatchParams::apply(FIELD_MANAGER).force(),
-                            &Patch::Apply(&patch),
-                        )
-                        .await
-                    {
-                        Ok(applied) => {
-                            if cached_generation != applied.metadata.generation {
-                                tracing::info!(work = %work_key(&applied), index, "Work now carries resource snapshot {index}");
-                            }
-                            work = Some(Arc::new(applied));
-                            sync = synchronized(index);
-                        }
-                        Err(kube::Error::Api(e)) if e.code == 404 => {
-                            sync = (
-                                "MemberNamespaceMissing",
-                                FALSE,
-                                format!(
-                                    "namespace {namespace} does not exist yet: is MemberCluster {cluster} registered?"
-                                ),
-                            );
-                            requeue = Requeue::requeue(Duration::from_secs(10));
-                        }
-                        Err(e) => return Err(e.into()),
+        (BindingState::Bound, Some(index)) => Step::Apply(index),
+        (BindingState::Unscheduled, _) => Step::Remove,
+        (BindingState::Bound | BindingState::Scheduled, _) => Step::Wait,
+    }
+}
+
+/// The binding's `WorkSynchronized` condition: status, reason, message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Sync {
+    status: &'static str,
+    reason: &'static str,
+    message: String,
+}
+
+/// What [`act`] did: the Work as it now is, the binding's `WorkSynchronized`, and when to look
+/// again.
+struct Outcome {
+    work: Option<Arc<Work>>,
+    sync: Sync,
+    requeue: Requeue,
+}
+
+/// Performs `step` on the binding's `work`.
+async fn act(
+    ctx: &Context,
+    binding: &Binding,
+    step: Step,
+    work: Option<Arc<Work>>,
+) -> Result<Outcome, Error> {
+    let (namespace, name) = work_ref(binding);
+    let cluster = &binding.spec.target_cluster;
+    let placement = &binding.spec.placement_name;
+    let outcome = |work, status, reason, message| Outcome {
+        work,
+        sync: Sync {
+            status,
+            reason,
+            message,
+        },
+        requeue: Requeue::await_change(),
+    };
+    let synchronized =
+        |index: i64| format!("Work {namespace}/{name} carries resource snapshot {index}");
+    let works: Api<Work> = Api::namespaced(ctx.client.clone(), &namespace);
+    Ok(match step {
+        Step::Wait => outcome(
+            work,
+            FALSE,
+            reason::SCHEDULED,
+            "no snapshot is bound yet".to_string(),
+        ),
+        Step::Keep(index) => outcome(work, TRUE, reason::WORK_SYNCHRONIZED, synchronized(index)),
+        Step::Apply(index) => {
+            let Some(manifests) = snapshot_manifests(&ctx.client, placement, index as u64).await?
+            else {
+                let snapshot = names::resource_snapshot_name(placement, index as u64);
+                let message = format!("ResourceSnapshot {snapshot} does not exist");
+                return Ok(outcome(work, FALSE, reason::SNAPSHOT_NOT_FOUND, message));
+            };
+            let desired = desired_work(binding, index, manifests);
+            let params = PatchParams::apply(field_manager::WORK_GENERATOR).force();
+            match works.patch(&name, &params, &Patch::Apply(&desired)).await {
+                Ok(applied) => {
+                    let before = work.as_ref().and_then(|w| w.metadata.generation);
+                    if before != applied.metadata.generation {
+                        tracing::info!(work = %work_key(&applied), index, "Work now carries resource snapshot {index}");
                     }
+                    let applied = Some(Arc::new(applied));
+                    outcome(
+                        applied,
+                        TRUE,
+                        reason::WORK_SYNCHRONIZED,
+                        synchronized(index),
+                    )
                 }
+                Err(kube::Error::Api(e)) if e.code == 404 => Outcome {
+                    requeue: Requeue::requeue(Duration::from_secs(10)),
+                    ..outcome(
+                        work,
+                        FALSE,
+                        reason::MEMBER_NAMESPACE_MISSING,
+                        format!(
+                            "namespace {namespace} does not exist yet: is MemberCluster {cluster} registered?"
+                        ),
+                    )
+                },
+                Err(e) => return Err(e.into()),
             }
         }
-        (BindingState::Unscheduled, _) => {
-            ok_if(works.delete(&work_name, &Default::default()).await, GONE)?;
-            work = None;
-            sync = (
-                "Unscheduled",
-                FALSE,
-                format!("cluster {cluster} is no longer selected; its Work is removed"),
-            );
+        Step::Remove => {
+            ok_if(works.delete(&name, &Default::default()).await, GONE)?;
+            let message = format!("cluster {cluster} is no longer selected; its Work is removed");
+            outcome(None, FALSE, reason::UNSCHEDULED, message)
         }
-        _ => {}
-    }
+    })
+}
 
-    // Roll the member's report up into the binding, from the cache (or the Work just
-    // applied): the member's next report is a Work change that triggers this again.
-    let work_generation = work.as_ref().and_then(|w| w.metadata.generation);
-    let work_status: WorkStatus = work.and_then(|w| w.status.clone()).unwrap_or_default();
-    let now = ctx.clock.now();
+/// Writes the binding's status when it changed: `WorkSynchronized`, and the member's report on
+/// the Work as it now is (from the cache or the Work just applied: the member's next report is
+/// a Work change that triggers this again).
+async fn report(ctx: &Context, binding: &Binding, outcome: &Outcome) -> Result<(), Error> {
+    let status = binding_status(
+        binding,
+        &outcome.sync,
+        outcome.work.as_deref(),
+        ctx.clock.now(),
+    );
+    if Some(&status) == binding.status.as_ref() {
+        return Ok(());
+    }
+    let name = binding.name_any();
+    // The status subresource ignores the spec; it is sent only because the type carries one.
+    let patch = Binding {
+        status: Some(status),
+        ..Binding::new(&name, binding.spec.clone())
+    };
+    Api::<Binding>::all(ctx.client.clone())
+        .patch_status(
+            &name,
+            &PatchParams::apply(field_manager::WORK_GENERATOR).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+/// The namespace and name of `binding`'s Work.
+fn work_ref(binding: &Binding) -> (String, String) {
+    (
+        names::member_namespace(&binding.spec.target_cluster),
+        names::work_name(&binding.spec.placement_name),
+    )
+}
+
+/// The Work this controller applies for `binding` at snapshot `index` with its `manifests`.
+fn desired_work(binding: &Binding, index: i64, manifests: Vec<serde_json::Value>) -> Work {
+    let (namespace, name) = work_ref(binding);
+    let placement = &binding.spec.placement_name;
+    Work {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: Some(namespace),
+            labels: Some(BTreeMap::from([
+                (names::PLACEMENT_LABEL.to_string(), placement.clone()),
+                (
+                    names::CLUSTER_LABEL.to_string(),
+                    binding.spec.target_cluster.clone(),
+                ),
+            ])),
+            owner_references: binding.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: WorkSpec {
+            placement_name: placement.clone(),
+            resource_snapshot_index: index,
+            health_timeout: binding.spec.health_timeout.clone(),
+            workload: WorkloadTemplate { manifests },
+        },
+        status: None,
+    }
+}
+
+/// `binding`'s status with `sync` and the member's report on `work`.
+fn binding_status(
+    binding: &Binding,
+    sync: &Sync,
+    work: Option<&Work>,
+    now: Timestamp,
+) -> BindingStatus {
     let generation = binding.metadata.generation;
     let mut status = binding.status.clone().unwrap_or_default();
-    set_condition(
-        &mut status.conditions,
-        NewCondition::new(WORK_SYNCHRONIZED, sync.1, sync.0, sync.2, generation),
-        now,
+    let synchronized = NewCondition::new(
+        WORK_SYNCHRONIZED,
+        sync.status,
+        sync.reason,
+        sync.message.clone(),
+        generation,
     );
+    set_condition(&mut status.conditions, synchronized, now);
+    let work_generation = work.and_then(|w| w.metadata.generation);
+    let empty = WorkStatus::default();
+    let reported = work.and_then(|w| w.status.as_ref()).unwrap_or(&empty);
     for type_ in [APPLIED, AVAILABLE] {
         // Only a report on the Work as it is now counts: right after a new snapshot, the
         // member's last report still describes the previous one.
-        let current = find(&work_status.conditions, type_)
-            .filter(|c| c.observed_generation == work_generation);
+        let current =
+            find(&reported.conditions, type_).filter(|c| c.observed_generation == work_generation);
         let new = match current {
+            Some(c) if c.status == TRUE => NewCondition::new(
+                type_,
+                TRUE,
+                reason::MEMBER_REPORTED,
+                c.message.clone(),
+                generation,
+            ),
             Some(c) => NewCondition::new(
                 type_,
-                if c.status == TRUE { TRUE } else { FALSE },
-                if c.status == TRUE {
-                    "MemberReported"
-                } else {
-                    "MemberReportedNotReady"
-                },
+                FALSE,
+                reason::MEMBER_REPORTED_NOT_READY,
                 c.message.clone(),
                 generation,
             ),
             None => NewCondition::new(
                 type_,
                 FALSE,
-                "NotReported",
+                reason::NOT_REPORTED,
                 "the member has not reported on its Work yet".to_string(),
                 generation,
             ),
         };
         set_condition(&mut status.conditions, new, now);
     }
-    status.applied_resource_snapshot_index = work_status.applied_resource_snapshot_index;
-    if Some(&status) != binding.status.as_ref() {
-        let patch = json!({
-            "apiVersion": "fleethub.dev/v1alpha1",
-            "kind": "Binding",
-            "metadata": {"name": binding.name_any()},
-            "status": status,
-        });
-        Api::<Binding>::all(ctx.client.clone())
-            .patch_status(
-                &binding.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await?;
-    }
-    Ok(requeue)
+    status.applied_resource_snapshot_index = reported.applied_resource_snapshot_index;
+    status
 }
 
 #[cfg(test)]
@@ -333,17 +423,17 @@ mod tests {
     #[test]
     fn a_work_is_up_to_date_only_when_this_controller_alone_wrote_its_spec_at_the_index() {
         let ours = entry(
-            FIELD_MANAGER,
+            field_manager::WORK_GENERATOR,
             "",
             json!({"f:spec": {"f:resourceSnapshotIndex": {}}}),
         );
         let agent_finalizer = entry(
-            "fleethub/member-agent",
+            field_manager::MEMBER_AGENT,
             "",
             json!({"f:metadata": {"f:finalizers": {}}}),
         );
         let agent_status = entry(
-            "fleethub/member-agent",
+            field_manager::MEMBER_AGENT,
             "status",
             json!({"f:status": {"f:conditions": {}}}),
         );
@@ -371,5 +461,138 @@ mod tests {
             entry("kubectl", "", json!({"f:spec": {}})),
         ];
         assert!(!up_to_date(&work(3, Some("30s"), theirs), 3, &timeout));
+    }
+
+    fn binding(state: BindingState, index: Option<i64>) -> Binding {
+        let mut b = Binding::new(
+            "web-a",
+            fleethub_crds::binding::BindingSpec {
+                placement_name: "web".into(),
+                target_cluster: "a".into(),
+                state,
+                resource_snapshot_index: index,
+                update_run_name: None,
+                health_timeout: Some("30s".into()),
+            },
+        );
+        b.metadata.uid = Some("uid-b".into());
+        b.metadata.generation = Some(2);
+        b
+    }
+
+    #[test]
+    fn the_plan_follows_the_binding_state_and_the_work() {
+        let ours = entry(
+            field_manager::WORK_GENERATOR,
+            "",
+            json!({"f:spec": {"f:resourceSnapshotIndex": {}}}),
+        );
+        let current = work(3, Some("30s"), vec![ours]);
+        let bound = binding(BindingState::Bound, Some(3));
+        assert_eq!(plan(&bound, Some(&current)), Step::Keep(3));
+        assert_eq!(plan(&bound, None), Step::Apply(3));
+        let moved = binding(BindingState::Bound, Some(4));
+        assert_eq!(plan(&moved, Some(&current)), Step::Apply(4));
+        let scheduled = binding(BindingState::Scheduled, None);
+        assert_eq!(plan(&scheduled, Some(&current)), Step::Wait);
+        let unscheduled = binding(BindingState::Unscheduled, Some(3));
+        assert_eq!(plan(&unscheduled, Some(&current)), Step::Remove);
+    }
+
+    #[test]
+    fn the_work_is_typed_owned_by_its_binding_and_carries_no_nulls() {
+        let mut b = binding(BindingState::Bound, Some(3));
+        b.spec.health_timeout = None;
+        let manifest =
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app"}});
+        let w = desired_work(&b, 3, vec![manifest.clone()]);
+        let v = serde_json::to_value(&w).unwrap();
+        assert_eq!(
+            v,
+            json!({
+                "apiVersion": "fleethub.dev/v1alpha1", "kind": "Work",
+                "metadata": {
+                    "name": "web", "namespace": "fleet-member-a",
+                    "labels": {"fleethub.dev/placement": "web", "fleethub.dev/cluster": "a"},
+                    "ownerReferences": [{"apiVersion": "fleethub.dev/v1alpha1", "kind": "Binding",
+                                         "name": "web-a", "uid": "uid-b", "controller": true}],
+                },
+                "spec": {"placementName": "web", "resourceSnapshotIndex": 3,
+                         "workload": {"manifests": [manifest]}},
+            })
+        );
+    }
+
+    #[test]
+    fn the_binding_reports_only_what_the_member_said_about_the_current_work() {
+        let b = binding(BindingState::Bound, Some(3));
+        let sync = Sync {
+            status: TRUE,
+            reason: reason::WORK_SYNCHRONIZED,
+            message: "carried".into(),
+        };
+        let mut w = work(3, Some("30s"), vec![]);
+        w.metadata.generation = Some(5);
+        let condition =
+            |type_: &str, status: &str, generation: i64| fleethub_crds::conditions::Condition {
+                type_: type_.into(),
+                status: status.into(),
+                reason: "R".into(),
+                message: format!("{type_} {status}"),
+                observed_generation: Some(generation),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    Timestamp::UNIX_EPOCH,
+                ),
+            };
+        w.status = Some(WorkStatus {
+            // Applied describes the current generation; Available an older one.
+            conditions: vec![condition(APPLIED, FALSE, 5), condition(AVAILABLE, TRUE, 4)],
+            applied_resource_snapshot_index: Some(2),
+            ..Default::default()
+        });
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        let status = binding_status(&b, &sync, Some(&w), now);
+        let of = |t: &str| {
+            let c = find(&status.conditions, t).unwrap();
+            (
+                c.status.as_str(),
+                c.reason.as_str(),
+                c.message.as_str(),
+                c.observed_generation,
+            )
+        };
+        assert_eq!(
+            of(WORK_SYNCHRONIZED),
+            (TRUE, reason::WORK_SYNCHRONIZED, "carried", Some(2))
+        );
+        assert_eq!(
+            of(APPLIED),
+            (
+                FALSE,
+                reason::MEMBER_REPORTED_NOT_READY,
+                "Applied False",
+                Some(2)
+            )
+        );
+        assert_eq!(
+            of(AVAILABLE),
+            (
+                FALSE,
+                reason::NOT_REPORTED,
+                "the member has not reported on its Work yet",
+                Some(2)
+            )
+        );
+        assert_eq!(status.applied_resource_snapshot_index, Some(2));
+
+        w.status.as_mut().unwrap().conditions = vec![condition(AVAILABLE, TRUE, 5)];
+        let status = binding_status(&b, &sync, Some(&w), now);
+        let available = find(&status.conditions, AVAILABLE).unwrap();
+        assert_eq!(
+            (available.status.as_str(), available.reason.as_str()),
+            (TRUE, reason::MEMBER_REPORTED)
+        );
+        let gone = binding_status(&b, &sync, None, now);
+        assert_eq!(gone.applied_resource_snapshot_index, None);
     }
 }

@@ -19,15 +19,8 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
 use fleethub_crds::conditions;
+use fleethub_crds::work::reason::{HEALTH_TIMEOUT, WORKLOADS_AVAILABLE, WORKLOADS_NOT_READY};
 
-/// Reason of `Available=True`.
-pub const REASON_AVAILABLE: &str = "WorkloadsAvailable";
-/// Reason of `Available=False` while workloads are still becoming ready.
-pub const REASON_NOT_READY: &str = "WorkloadsNotReady";
-/// Reason of `Available=False` once the health timeout has passed.
-pub const REASON_HEALTH_TIMEOUT: &str = "HealthTimeout";
-/// The health timeout when a Work names none.
-pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// How many not-ready objects the Work's condition names before summarizing the rest.
 const NAMED_IN_MESSAGE: usize = 3;
 
@@ -178,7 +171,7 @@ fn job(j: &Value) -> Option<String> {
 pub struct Verdict {
     /// `True` or `False`.
     pub status: &'static str,
-    /// [`REASON_AVAILABLE`], [`REASON_NOT_READY`] or [`REASON_HEALTH_TIMEOUT`].
+    /// [`WORKLOADS_AVAILABLE`], [`WORKLOADS_NOT_READY`] or [`HEALTH_TIMEOUT`].
     pub reason: &'static str,
     /// A sentence naming what is not ready.
     pub message: String,
@@ -199,7 +192,7 @@ pub fn verdict(
     if not_ready.is_empty() {
         return Verdict {
             status: conditions::TRUE,
-            reason: REASON_AVAILABLE,
+            reason: WORKLOADS_AVAILABLE,
             message: format!(
                 "all {manifests} manifests of resource snapshot {snapshot_index} are available"
             ),
@@ -223,14 +216,14 @@ pub fn verdict(
     if remaining.is_positive() {
         Verdict {
             status: conditions::FALSE,
-            reason: REASON_NOT_READY,
+            reason: WORKLOADS_NOT_READY,
             message: summary,
             recheck_after: Some(remaining.unsigned_abs()),
         }
     } else {
         Verdict {
             status: conditions::FALSE,
-            reason: REASON_HEALTH_TIMEOUT,
+            reason: HEALTH_TIMEOUT,
             message: format!(
                 "not available within the health timeout of {} after resource snapshot {snapshot_index} was applied: {summary}",
                 fleethub_crds::duration::format(health_timeout)
@@ -243,6 +236,7 @@ pub fn verdict(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fleethub_crds::work::DEFAULT_HEALTH_TIMEOUT;
     use serde_json::json;
 
     fn deploy(generation: i64, replicas: Option<i64>, status: Value) -> Value {
@@ -518,7 +512,7 @@ mod tests {
             (v.status, v.reason, v.message.as_str(), v.recheck_after),
             (
                 "True",
-                REASON_AVAILABLE,
+                WORKLOADS_AVAILABLE,
                 "all 3 manifests of resource snapshot 2 are available",
                 None
             )
@@ -529,7 +523,7 @@ mod tests {
             (v.status, v.reason, v.message.as_str(), v.recheck_after),
             (
                 "False",
-                REASON_NOT_READY,
+                WORKLOADS_NOT_READY,
                 "deployment app/web: 0/2 replicas ready",
                 Some(Duration::from_secs(6))
             )
@@ -542,7 +536,7 @@ mod tests {
                 (v.status, v.reason, v.message.as_str(), v.recheck_after),
                 (
                     "False",
-                    REASON_HEALTH_TIMEOUT,
+                    HEALTH_TIMEOUT,
                     "not available within the health timeout of 10s after resource snapshot 2 was applied: deployment app/web: 0/2 replicas ready",
                     None
                 )

@@ -18,20 +18,20 @@ use fleethub_crds::Work;
 use fleethub_crds::applied_work::{
     AppliedResource, AppliedWork, AppliedWorkStatus, WORK_NAMESPACE_LABEL, applied_work_name,
 };
+use fleethub_crds::field_manager::MEMBER_AGENT;
+use fleethub_crds::work::CLEANUP_FINALIZER;
 use fleethub_crds::work::ManifestIdentifier;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
+use crate::Error;
 use crate::apply_order::{OrderKey, delete_order};
 use crate::error::is_not_found;
 use crate::manifest::{describe, owned_by};
 use crate::work_applier::{Context, ManifestOutcome};
-use crate::{Error, FIELD_MANAGER};
 
-/// The finalizer the agent puts on each Work it applies.
-pub const FINALIZER: &str = "fleethub.dev/member-agent-cleanup";
 /// How long to wait before looking again at an AppliedWork being deleted (its deletion is also
 /// watched; this is only a safety net).
 const DELETION_RECHECK: Duration = Duration::from_secs(30);
@@ -80,11 +80,11 @@ pub fn prune_plan(
 
 /// Adds the agent's finalizer to `work` unless it is there.
 pub async fn ensure_finalizer(work: &Work, ctx: &Context) -> Result<(), Error> {
-    if work.finalizers().iter().any(|f| f == FINALIZER) {
+    if work.finalizers().iter().any(|f| f == CLEANUP_FINALIZER) {
         return Ok(());
     }
     let mut finalizers = work.finalizers().to_vec();
-    finalizers.push(FINALIZER.to_string());
+    finalizers.push(CLEANUP_FINALIZER.to_string());
     patch_finalizers(work, finalizers, ctx, "adding").await
 }
 
@@ -101,13 +101,13 @@ async fn patch_finalizers(
         "resourceVersion": work.resource_version(),
     }});
     let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
+        field_manager: Some(MEMBER_AGENT.to_string()),
         ..PatchParams::default()
     };
     api.patch(&work.name_any(), &params, &Patch::Merge(&patch))
         .await
         .map_err(Error::hub(format!(
-            "{doing} finalizer {FINALIZER} on Work {}/{}",
+            "{doing} finalizer {CLEANUP_FINALIZER} on Work {}/{}",
             ctx.namespace,
             work.name_any()
         )))?;
@@ -126,7 +126,7 @@ pub async fn ensure_applied_work(work: &Work, ctx: &Context) -> Result<AppliedWo
     let api: Api<AppliedWork> = Api::all(ctx.member.clone());
     api.patch(
         &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
+        &PatchParams::apply(MEMBER_AGENT).force(),
         &Patch::Apply(&body),
     )
     .await
@@ -181,7 +181,7 @@ pub async fn prune(
         });
         api.patch_status(
             &aw_name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
+            &PatchParams::apply(MEMBER_AGENT).force(),
             &Patch::Apply(&body),
         )
         .await
@@ -263,7 +263,7 @@ async fn delete_if_owned(
 /// Handles a Work being deleted: deletes its AppliedWork (foreground, so the member's garbage
 /// collector removes what the agent created first), and removes the finalizer once it is gone.
 pub async fn finalize(work: &Work, ctx: &Context) -> Result<Action, Error> {
-    if !work.finalizers().iter().any(|f| f == FINALIZER) {
+    if !work.finalizers().iter().any(|f| f == CLEANUP_FINALIZER) {
         return Ok(Action::await_change());
     }
     let key = format!("{}/{}", ctx.namespace, work.name_any());
@@ -294,7 +294,7 @@ pub async fn finalize(work: &Work, ctx: &Context) -> Result<Action, Error> {
             let finalizers = work
                 .finalizers()
                 .iter()
-                .filter(|f| *f != FINALIZER)
+                .filter(|f| *f != CLEANUP_FINALIZER)
                 .cloned()
                 .collect();
             patch_finalizers(work, finalizers, ctx, "removing").await?;

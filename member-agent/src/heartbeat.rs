@@ -10,7 +10,11 @@ use std::time::Duration;
 
 use fleethub_crds::MemberCluster;
 use fleethub_crds::conditions::{self, NewCondition, set_condition};
-use fleethub_crds::member_cluster::{JOINED, MemberClusterSpec, MemberClusterStatus};
+use fleethub_crds::field_manager::MEMBER_AGENT;
+use fleethub_crds::member_cluster::reason::AGENT_JOINED;
+use fleethub_crds::member_cluster::{
+    DEFAULT_HEARTBEAT_PERIOD, JOINED, MemberClusterSpec, MemberClusterStatus,
+};
 use fleethub_runtime::Health;
 use fleethub_runtime::retry::ERROR_BACKOFF;
 use jiff::Timestamp;
@@ -24,12 +28,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::metrics::Metrics;
-use crate::{AGENT_VERSION, Error, FIELD_MANAGER, quantity, readiness};
+use crate::{AGENT_VERSION, Error, quantity, readiness};
 
-/// Reason of the `Joined=True` condition the agent writes.
-pub const REASON_JOINED: &str = "AgentJoined";
-/// The heartbeat period when the MemberCluster names none.
-pub const DEFAULT_PERIOD: Duration = Duration::from_secs(15);
 /// The allocatable resources summed into the MemberCluster's status.
 const SUMMED_RESOURCES: [&str; 3] = ["cpu", "memory", "pods"];
 
@@ -61,7 +61,7 @@ pub fn status(
         NewCondition::new(
             JOINED,
             conditions::TRUE,
-            REASON_JOINED,
+            AGENT_JOINED,
             format!("member agent {AGENT_VERSION} has joined and reports a heartbeat"),
             generation,
         ),
@@ -101,7 +101,7 @@ pub fn allocatable(nodes: &[Node]) -> BTreeMap<String, String> {
 }
 
 /// How long to wait between heartbeats: the flag's override, else the MemberCluster's
-/// `heartbeatPeriodSeconds`, else [`DEFAULT_PERIOD`].
+/// `heartbeatPeriodSeconds`, else [`DEFAULT_HEARTBEAT_PERIOD`].
 pub fn period(spec: &MemberClusterSpec, override_period: Option<Duration>) -> Duration {
     override_period
         .or_else(|| {
@@ -110,7 +110,7 @@ pub fn period(spec: &MemberClusterSpec, override_period: Option<Duration>) -> Du
                 .filter(|s| *s > 0)
                 .map(Duration::from_secs)
         })
-        .unwrap_or(DEFAULT_PERIOD)
+        .unwrap_or(DEFAULT_HEARTBEAT_PERIOD)
 }
 
 /// Writes the heartbeats of one member.
@@ -168,7 +168,7 @@ impl Heartbeat {
         });
         api.patch_status(
             name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
+            &PatchParams::apply(MEMBER_AGENT).force(),
             &Patch::Apply(&patch),
         )
         .await
@@ -287,7 +287,7 @@ mod tests {
                 joined.status.as_str(),
                 joined.reason.as_str()
             ),
-            ("Joined", "True", REASON_JOINED)
+            (JOINED, conditions::TRUE, AGENT_JOINED)
         );
         assert_eq!(joined.observed_generation, Some(2));
         assert_eq!(s.last_heartbeat_time, Some(Time(ts(100))));
@@ -302,9 +302,9 @@ mod tests {
         // not copy the hub's Healthy condition.
         let mut previous = s.clone();
         previous.conditions.push(Condition {
-            type_: "Healthy".into(),
-            status: "True".into(),
-            reason: "HeartbeatFresh".into(),
+            type_: fleethub_crds::member_cluster::HEALTHY.into(),
+            status: conditions::TRUE.into(),
+            reason: fleethub_crds::member_cluster::reason::HEARTBEAT_FRESH.into(),
             message: String::new(),
             observed_generation: None,
             last_transition_time: Time(ts(101)),
@@ -321,9 +321,9 @@ mod tests {
             heartbeat_period_seconds: s,
         };
         let secs = Duration::from_secs;
-        assert_eq!(period(&spec(None), None), DEFAULT_PERIOD);
+        assert_eq!(period(&spec(None), None), DEFAULT_HEARTBEAT_PERIOD);
         assert_eq!(period(&spec(Some(3)), None), secs(3));
         assert_eq!(period(&spec(Some(3)), Some(secs(1))), secs(1));
-        assert_eq!(period(&spec(Some(0)), None), DEFAULT_PERIOD);
+        assert_eq!(period(&spec(Some(0)), None), DEFAULT_HEARTBEAT_PERIOD);
     }
 }

@@ -40,8 +40,6 @@ pub use error::Error;
 use clock::Clock;
 use metrics::Metrics;
 
-/// The field manager of every write the agent makes, on the hub and on the member.
-pub const FIELD_MANAGER: &str = "fleethub/member-agent";
 /// The agent's version, reported in its MemberCluster's status.
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// How often every Work is applied again when nothing changed, to correct drift.

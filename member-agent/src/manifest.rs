@@ -6,15 +6,13 @@
 //! only when the agent creates the object, an ownerReference to the Work's AppliedWork.
 
 use fleethub_crds::applied_work::AppliedWork;
+use fleethub_crds::applied_work::WORK_ANNOTATION;
 use fleethub_crds::names::PLACEMENT_LABEL;
 use fleethub_crds::work::ManifestIdentifier;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 use kube::api::GroupVersionKind;
 use serde_json::{Map, Value, json};
-
-/// Annotation on every applied object: the Work (`namespace/name`) it was applied for.
-pub const WORK_ANNOTATION: &str = "fleethub.dev/work";
 
 /// Metadata fields the API server owns; a manifest carrying them (e.g. copied from a live
 /// object) is applied without them. `ownerReferences` of a hub object name hub uids, which mean

@@ -3,12 +3,13 @@
 
 use std::time::Duration;
 
+use fleethub_crds::field_manager::MEMBER_AGENT;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client};
 
-use crate::{Error, FIELD_MANAGER};
+use crate::Error;
 
 /// How long a freshly applied CRD may take to become established.
 const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -20,7 +21,7 @@ pub async fn install(member: &Client) -> Result<(), Error> {
         let name = crd.metadata.name.clone().unwrap_or_default();
         api.patch(
             &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
+            &PatchParams::apply(MEMBER_AGENT).force(),
             &Patch::Apply(&crd),
         )
         .await

@@ -13,8 +13,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fleethub_crds::Work;
-use fleethub_crds::applied_work::{AppliedResource, AppliedWork, WORK_NAMESPACE_LABEL};
+use fleethub_crds::applied_work::{
+    AppliedResource, AppliedWork, WORK_ANNOTATION, WORK_NAMESPACE_LABEL,
+};
+use fleethub_crds::field_manager::MEMBER_AGENT;
 use fleethub_crds::names::PLACEMENT_LABEL;
+use fleethub_crds::work::DEFAULT_HEALTH_TIMEOUT;
 use fleethub_crds::work::ManifestIdentifier;
 use fleethub_runtime::Health;
 use fleethub_runtime::retry::{Backoff, ERROR_BACKOFF, FailureBackoff};
@@ -31,14 +35,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::apply_order::{OrderKey, apply_order};
-use crate::availability::{self, DEFAULT_HEALTH_TIMEOUT};
+use crate::availability;
 use crate::clock::Clock;
 use crate::error::{describe as api_message, is_not_found};
 use crate::kind_resolver::{KindResolver, ResolvedKind};
-use crate::manifest::{self, Decoration, ParsedManifest, WORK_ANNOTATION, describe, owned_by};
+use crate::manifest::{self, Decoration, ParsedManifest, describe, owned_by};
 use crate::metrics::Metrics;
 use crate::work_status::{self, ManifestReport, StatusInput};
-use crate::{Error, FIELD_MANAGER, cleanup, readiness};
+use crate::{Error, cleanup, readiness};
 
 /// How soon a Work whose manifests did not all apply is tried again (over the same failure
 /// count as errors): an apply the member refuses usually needs a person, so this backs off
@@ -312,7 +316,7 @@ async fn write_status(
     Api::<Work>::namespaced(ctx.hub.clone(), &ctx.namespace)
         .patch_status(
             &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
+            &PatchParams::apply(MEMBER_AGENT).force(),
             &Patch::Apply(&body),
         )
         .await
@@ -459,7 +463,7 @@ async fn apply_one(
     let result = api
         .patch(
             &m.name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
+            &PatchParams::apply(MEMBER_AGENT).force(),
             &Patch::Apply(&body),
         )
         .await;

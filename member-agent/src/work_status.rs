@@ -12,24 +12,16 @@
 use std::time::Duration;
 
 use fleethub_crds::conditions::{self, NewCondition, set_condition};
+use fleethub_crds::work::reason::{
+    APPLY_FAILED, MANIFEST_APPLIED, MANIFEST_AVAILABLE, MANIFEST_NOT_READY, MANIFESTS_APPLIED,
+    NOT_APPLIED,
+};
 use fleethub_crds::work::{APPLIED, AVAILABLE, ManifestCondition, ManifestIdentifier, WorkStatus};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::availability::{self, Readiness};
 
-/// Reason of `Applied=True`.
-pub const REASON_APPLIED: &str = "ManifestsApplied";
-/// Reason of `Applied=False` (the Work's and a manifest's).
-pub const REASON_APPLY_FAILED: &str = "ApplyFailed";
-/// Reason of `Available` (False for the Work, Unknown for a manifest) while not applied.
-pub const REASON_NOT_APPLIED: &str = "NotApplied";
-/// Reason of a manifest's `Applied=True`.
-pub const REASON_MANIFEST_APPLIED: &str = "Applied";
-/// Reason of a manifest's `Available=True`.
-pub const REASON_MANIFEST_AVAILABLE: &str = "Available";
-/// Reason of a manifest's `Available=False`.
-pub const REASON_MANIFEST_NOT_READY: &str = "WorkloadNotReady";
 /// How many failed manifests the Work's `Applied` message names before counting the rest.
 const NAMED_IN_MESSAGE: usize = 3;
 
@@ -103,7 +95,7 @@ pub fn plan(input: &StatusInput<'_>) -> StatusPlan {
         set(
             APPLIED,
             conditions::TRUE,
-            REASON_APPLIED,
+            MANIFESTS_APPLIED,
             format!("applied {total} manifests of resource snapshot {index}"),
         );
         let not_ready: Vec<String> = input
@@ -148,7 +140,7 @@ pub fn plan(input: &StatusInput<'_>) -> StatusPlan {
         set(
             APPLIED,
             conditions::FALSE,
-            REASON_APPLY_FAILED,
+            APPLY_FAILED,
             format!(
                 "failed to apply {} of {total} manifests of resource snapshot {index}: {named}",
                 failures.len()
@@ -157,7 +149,7 @@ pub fn plan(input: &StatusInput<'_>) -> StatusPlan {
         set(
             AVAILABLE,
             conditions::FALSE,
-            REASON_NOT_APPLIED,
+            NOT_APPLIED,
             format!("resource snapshot {index} is not fully applied yet"),
         );
         StatusPlan {
@@ -208,27 +200,24 @@ fn manifest_condition(
             set(
                 APPLIED,
                 conditions::TRUE,
-                REASON_MANIFEST_APPLIED,
+                MANIFEST_APPLIED,
                 "applied to the member cluster",
             );
             match readiness {
-                Readiness::Ready => set(
-                    AVAILABLE,
-                    conditions::TRUE,
-                    REASON_MANIFEST_AVAILABLE,
-                    "available",
-                ),
+                Readiness::Ready => {
+                    set(AVAILABLE, conditions::TRUE, MANIFEST_AVAILABLE, "available")
+                }
                 Readiness::NotReady(why) => {
-                    set(AVAILABLE, conditions::FALSE, REASON_MANIFEST_NOT_READY, why)
+                    set(AVAILABLE, conditions::FALSE, MANIFEST_NOT_READY, why)
                 }
             }
         }
         Err(why) => {
-            set(APPLIED, conditions::FALSE, REASON_APPLY_FAILED, why);
+            set(APPLIED, conditions::FALSE, APPLY_FAILED, why);
             set(
                 AVAILABLE,
                 conditions::UNKNOWN,
-                REASON_NOT_APPLIED,
+                NOT_APPLIED,
                 "not applied, so its availability is unknown",
             );
         }
@@ -242,7 +231,7 @@ fn manifest_condition(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::availability::{REASON_AVAILABLE, REASON_HEALTH_TIMEOUT, REASON_NOT_READY};
+    use fleethub_crds::work::reason::{HEALTH_TIMEOUT, WORKLOADS_AVAILABLE, WORKLOADS_NOT_READY};
 
     fn ts(secs: i64) -> Timestamp {
         Timestamp::from_second(secs).unwrap()
@@ -318,7 +307,7 @@ mod tests {
             ),
             (
                 "True",
-                REASON_APPLIED,
+                MANIFESTS_APPLIED,
                 "applied 3 manifests of resource snapshot 2"
             )
         );
@@ -326,7 +315,7 @@ mod tests {
         let available = cond(&p.status, AVAILABLE);
         assert_eq!(
             (available.status.as_str(), available.reason.as_str()),
-            ("True", REASON_AVAILABLE)
+            ("True", WORKLOADS_AVAILABLE)
         );
         assert_eq!(p.status.manifest_conditions.len(), 3);
         for m in &p.status.manifest_conditions {
@@ -354,7 +343,7 @@ mod tests {
             ),
             (
                 "False",
-                REASON_NOT_READY,
+                WORKLOADS_NOT_READY,
                 "deployment app/web: 0/2 replicas ready"
             )
         );
@@ -363,7 +352,7 @@ mod tests {
         let web_available = conditions::find(&web.conditions, AVAILABLE).unwrap();
         assert_eq!(
             (web_available.status.as_str(), web_available.reason.as_str()),
-            ("False", REASON_MANIFEST_NOT_READY)
+            ("False", MANIFEST_NOT_READY)
         );
 
         // Re-applied at 105 (e.g. by a restarted agent): the deadline does not move.
@@ -378,7 +367,7 @@ mod tests {
         // At the deadline: HealthTimeout.
         let late = plan(&input(Some(&again.status), 1, &r, 110));
         let available = cond(&late.status, AVAILABLE);
-        assert_eq!(available.reason, REASON_HEALTH_TIMEOUT);
+        assert_eq!(available.reason, HEALTH_TIMEOUT);
         assert!(
             available
                 .message
@@ -393,7 +382,7 @@ mod tests {
         let applied = cond(&next.status, APPLIED);
         assert_eq!(applied.last_transition_time, Time(ts(200)));
         assert_eq!(applied.observed_generation, Some(2));
-        assert_eq!(cond(&next.status, AVAILABLE).reason, REASON_NOT_READY);
+        assert_eq!(cond(&next.status, AVAILABLE).reason, WORKLOADS_NOT_READY);
         assert_eq!(next.recheck_after, Some(Duration::from_secs(10)));
     }
 
@@ -416,13 +405,13 @@ mod tests {
             ),
             (
                 "False",
-                REASON_APPLY_FAILED,
+                APPLY_FAILED,
                 "failed to apply 1 of 3 manifests of resource snapshot 3: Deployment app/web: Deployment.apps \"web\" is invalid: spec.replicas: Invalid value: -1"
             )
         );
         assert_eq!(applied.last_transition_time, Time(ts(150)));
         assert_eq!(applied.observed_generation, Some(2));
-        assert_eq!(cond(&p.status, AVAILABLE).reason, REASON_NOT_APPLIED);
+        assert_eq!(cond(&p.status, AVAILABLE).reason, NOT_APPLIED);
         assert_eq!(p.status.applied_resource_snapshot_index, Some(2));
         let web = &p.status.manifest_conditions[2];
         assert!(conditions::is_false(&web.conditions, APPLIED));

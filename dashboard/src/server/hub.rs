@@ -22,7 +22,7 @@ use super::views;
 use crate::model::*;
 
 /// Field manager of the dashboard's writes (the user is the one the hub records as author).
-pub const FIELD_MANAGER: &str = "fleethub/dashboard";
+pub use fleethub_crds::field_manager::DASHBOARD as FIELD_MANAGER;
 
 /// Where the hub is, and how the dashboard reviews tokens.
 #[derive(Clone)]

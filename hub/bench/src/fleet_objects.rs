@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use crate::sim::{BENCH_LABEL, MEMBER_PREFIX};
 
 /// Field manager of the benchmark's own writes.
-const FIELD_MANAGER: &str = "fleethub-bench";
+use fleethub_crds::field_manager::BENCH as FIELD_MANAGER;
 /// Label with a member's stage (`s1`, `s2`, `s3`).
 pub const STAGE_LABEL: &str = "bench.fleethub.dev/stage";
 /// Integer label that orders members within a stage.

@@ -37,7 +37,7 @@ use crate::timeline::Timeline;
 const STATUS_RETRY: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(2));
 
 /// The field manager of the real member agent (the simulation writes what it writes).
-const AGENT_FIELD_MANAGER: &str = "fleethub/member-agent";
+use fleethub_crds::field_manager::MEMBER_AGENT as AGENT_FIELD_MANAGER;
 /// Prefix of every bench member's name.
 pub const MEMBER_PREFIX: &str = "bench-";
 /// Label on every object the bench creates (so clean-up finds them).

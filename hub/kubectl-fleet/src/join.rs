@@ -29,11 +29,10 @@ use crate::error::{Error, Result};
 /// The hub Secret holding the token of the member's agent ServiceAccount.
 pub const TOKEN_SECRET: &str = "member-agent-token";
 /// The finalizer `unjoin` holds on a MemberCluster while the member's agent removes the
-/// workloads: it keeps the member's namespace (and so the agent's hub credential) alive until
-/// the agent is done.
-pub const UNJOIN_FINALIZER: &str = "fleethub.dev/kubectl-fleet-unjoin";
-/// The member agent's Work finalizer (see the member agent's `cleanup` module).
-pub const AGENT_FINALIZER: &str = "fleethub.dev/member-agent-cleanup";
+/// workloads (defined with the kind).
+pub use fleethub_crds::member_cluster::UNJOIN_FINALIZER;
+/// The member agent's Work finalizer (defined with the kind).
+pub use fleethub_crds::work::CLEANUP_FINALIZER as AGENT_FINALIZER;
 
 /// What `join` should do.
 pub struct JoinOptions {

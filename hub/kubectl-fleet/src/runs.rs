@@ -19,7 +19,7 @@ use crate::error::{Error, Result, is_not_found};
 use crate::render::{self, RunState, Style};
 
 /// The field manager of every write the plugin makes.
-pub const FIELD_MANAGER: &str = "kubectl-fleet";
+pub use fleethub_crds::field_manager::KUBECTL_FLEET as FIELD_MANAGER;
 
 fn style() -> Style {
     Style {

@@ -2,8 +2,12 @@
 
 use std::collections::BTreeMap;
 
+use fleethub_crds::MemberCluster;
 use fleethub_crds::binding::BindingState;
+use fleethub_crds::conditions::is_true;
+use fleethub_crds::member_cluster::JOINED;
 use fleethub_crds::placement::{PlacementPolicy, PlacementType, RolloutStrategyType};
+use kube::ResourceExt;
 use kube::core::{Selector, SelectorExt};
 
 /// A MemberCluster as placement needs it.
@@ -15,6 +19,19 @@ pub struct Member {
     pub labels: BTreeMap<String, String>,
     /// Its agent has joined (condition Joined=True) and it is not being deleted.
     pub eligible: bool,
+}
+
+impl From<&MemberCluster> for Member {
+    fn from(m: &MemberCluster) -> Self {
+        Member {
+            name: m.name_any(),
+            labels: m.labels().clone(),
+            eligible: m.metadata.deletion_timestamp.is_none()
+                && m.status
+                    .as_ref()
+                    .is_some_and(|s| is_true(&s.conditions, JOINED)),
+        }
+    }
 }
 
 /// The clusters `policy` selects among `members`, and the named clusters it wanted but could

@@ -3,4 +3,12 @@
 
 pub mod clusters;
 pub mod content;
+mod content_marks;
 pub mod controller;
+mod gather;
+pub mod plan;
+pub mod status;
+mod triggers;
+
+#[cfg(test)]
+mod plan_tests;

@@ -11,9 +11,10 @@ use fleethub_crds::apply::StatusApply;
 use fleethub_crds::approval::{self, ApprovalRequestSpec, ApprovalRequestStatus};
 use fleethub_crds::binding::{BindingSpec, BindingState};
 use fleethub_crds::conditions::{TRUE, find, is_true};
+use fleethub_crds::field_manager::UPDATE_RUN as FIELD_MANAGER;
 use fleethub_crds::member_cluster::HEALTHY;
 use fleethub_crds::run_progress::RunPhase;
-use fleethub_crds::update_run::{FIELD_MANAGER, SUCCEEDED, reason};
+use fleethub_crds::update_run::{SUCCEEDED, reason};
 use fleethub_crds::{
     ApprovalRequest, Binding, MemberCluster, Placement, ResourceSnapshot, StagedUpdateStrategy,
     UpdateRun, Work, names,

@@ -6,9 +6,7 @@ use std::time::Duration;
 use fleethub_crds::concurrency::MaxConcurrency;
 use fleethub_crds::conditions::{self, FALSE, NewCondition, TRUE, find, is_true, set_condition};
 use fleethub_crds::duration;
-use fleethub_crds::update_run::{
-    CLUSTER_STARTED, DEFAULT_HEALTH_TIMEOUT, PROGRESSING, SUCCEEDED, UpdateRunState, reason,
-};
+use fleethub_crds::update_run::{CLUSTER_STARTED, PROGRESSING, SUCCEEDED, UpdateRunState, reason};
 use fleethub_crds::work;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -37,7 +35,7 @@ impl Planner<'_, '_> {
             .health_timeout
             .as_deref()
             .and_then(|t| duration::parse(t).ok())
-            .unwrap_or(DEFAULT_HEALTH_TIMEOUT);
+            .unwrap_or(work::DEFAULT_HEALTH_TIMEOUT);
         let strategy = self
             .status
             .staged_update_strategy_snapshot
