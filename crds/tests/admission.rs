@@ -6,7 +6,7 @@ use fleethub_crds::{
     ApprovalRequest, Binding, MemberCluster, Placement, ResourceSnapshot, StagedUpdateStrategy,
     UpdateRun, Work,
 };
-use fleethub_testkit::{Fleet, unique_name};
+use fleethub_testkit::{Cleanup, Fleet, unique_name};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
@@ -21,6 +21,13 @@ fn api_for<K: Resource<DynamicType = ()>>(
         Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
         None => Api::all_with(client.clone(), &ar),
     }
+}
+
+/// A guard that deletes hub object `name` of kind `K` when the test ends, however it ends.
+fn cleanup<K: Resource<DynamicType = ()>>(name: &str) -> Cleanup {
+    let cleanup = Cleanup::new(Fleet::get().unwrap());
+    cleanup.track::<K>("hub", None, name);
+    cleanup
 }
 
 fn object(kind: &str, name: &str, spec: Value) -> DynamicObject {
@@ -93,6 +100,7 @@ async fn the_reference_three_stage_strategy_is_accepted_and_round_trips() {
     let hub = Fleet::get().unwrap().hub().await.unwrap();
     let api: Api<StagedUpdateStrategy> = Api::all(hub);
     let name = unique_name("three-stages");
+    let _cleanup = cleanup::<StagedUpdateStrategy>(&name);
     let strategy: StagedUpdateStrategy = serde_json::from_value(json!({
         "apiVersion": "fleethub.dev/v1alpha1", "kind": "StagedUpdateStrategy",
         "metadata": {"name": name}, "spec": reference_strategy(),
@@ -560,6 +568,7 @@ async fn update_run_targets_are_immutable_but_state_is_not() {
     let hub = Fleet::get().unwrap().hub().await.unwrap();
     let api = api_for::<UpdateRun>(&hub, None);
     let name = unique_name("run");
+    let _cleanup = cleanup::<UpdateRun>(&name);
     api.create(
         &PostParams::default(),
         &object("UpdateRun", &name, run_spec()),
@@ -595,6 +604,7 @@ async fn approval_request_spec_is_immutable_and_approval_goes_through_status() {
     let hub = Fleet::get().unwrap().hub().await.unwrap();
     let api = api_for::<ApprovalRequest>(&hub, None);
     let name = unique_name("run-canary");
+    let _cleanup = cleanup::<ApprovalRequest>(&name);
     api.create(
         &PostParams::default(),
         &object(
@@ -638,6 +648,7 @@ async fn resource_snapshots_are_immutable() {
     let hub = Fleet::get().unwrap().hub().await.unwrap();
     let api = api_for::<ResourceSnapshot>(&hub, None);
     let name = unique_name("web-0-snapshot");
+    let _cleanup = cleanup::<ResourceSnapshot>(&name);
     let spec = json!({"placementName": "web", "resourceIndex": 0, "parts": 1, "contentHash": "abc", "objectCount": 1,
                       "resources": [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app"}}]});
     api.create(
@@ -684,6 +695,7 @@ async fn kubectl_explains_fields_and_prints_columns() {
     let hub = fleet.hub().await.unwrap();
     let api = api_for::<UpdateRun>(&hub, None);
     let name = unique_name("columns");
+    let _cleanup = cleanup::<UpdateRun>(&name);
     api.create(
         &PostParams::default(),
         &object("UpdateRun", &name, run_spec()),

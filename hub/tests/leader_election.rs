@@ -9,7 +9,7 @@ mod hub_process;
 use std::time::{Duration, Instant};
 
 use fleethub_crds::{MemberCluster, names};
-use fleethub_testkit::{Fleet, poll_until, unique_name, wait_for};
+use fleethub_testkit::{Cleanup, Fleet, poll_until, unique_name, wait_for};
 use hub_process::{HubProcess, sum_with};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
@@ -63,9 +63,12 @@ async fn holder(leases: &Api<Lease>, lease: &str) -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
-/// A new MemberCluster, and the wait until some hub provisioned its namespace.
-async fn provisioned_member(hub: &Client, prefix: &str) -> String {
+/// A new MemberCluster (deleted by `cleanup`, its namespace with it), and the wait until some
+/// hub provisioned its namespace.
+async fn provisioned_member(hub: &Client, cleanup: &Cleanup, prefix: &str) -> String {
     let name = unique_name(prefix);
+    cleanup.track::<Namespace>("hub", None, &names::member_namespace(&name));
+    cleanup.track::<MemberCluster>("hub", None, &name);
     let members: Api<MemberCluster> = Api::all(hub.clone());
     let member: MemberCluster = serde_json::from_value(json!({
         "apiVersion": "fleethub.dev/v1alpha1", "kind": "MemberCluster",
@@ -103,6 +106,9 @@ async fn one_hub_leads_and_a_standby_takes_over() {
     let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
     let members: Api<MemberCluster> = Api::all(client.clone());
     let lease = unique_name("leader-test");
+    // Declared before the fleet's hub is stopped, so it runs after the hub is back.
+    let cleanup = Cleanup::new(fleet);
+    cleanup.track::<Lease>("hub", Some(NAMESPACE), &lease);
 
     let _restore = FleetHubBack(fleet);
     fleet.kill("hub").unwrap();
@@ -140,7 +146,7 @@ async fn one_hub_leads_and_a_standby_takes_over() {
 
     // Only the leader reconciles: a new member is provisioned (the fleet's hub is down, so by
     // the leader) and the standby's controllers never ran.
-    let m1 = provisioned_member(&client, "leader-m1").await;
+    let m1 = provisioned_member(&client, &cleanup, "leader-m1").await;
     poll_until("the leader to count its reconciles", TIMEOUT, || async {
         (membership_reconciles(leader).await > 0.0).then_some(())
     })
@@ -180,7 +186,7 @@ async fn one_hub_leads_and_a_standby_takes_over() {
         "takeover after SIGKILL of the leader: {:.1}s (lease duration {LEASE_SECONDS}s)",
         takeover.as_secs_f64()
     );
-    let m2 = provisioned_member(&client, "leader-m2").await;
+    let m2 = provisioned_member(&client, &cleanup, "leader-m2").await;
     assert_eq!(standby.metric("fleethub_hub_leader").await, Some(1.0));
     poll_until(
         "the new leader to count its reconciles",
@@ -229,7 +235,7 @@ async fn one_hub_leads_and_a_standby_takes_over() {
         spec.lease_transitions.unwrap_or(0) >= 2,
         "two changes of holder: {spec:?}"
     );
-    let m3 = provisioned_member(&client, "leader-m3").await;
+    let m3 = provisioned_member(&client, &cleanup, "leader-m3").await;
 
     let status = back.sigterm_and_wait(Duration::from_secs(30));
     assert!(status.success(), "{}", back.log());

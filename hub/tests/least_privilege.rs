@@ -13,10 +13,12 @@ use std::process::{Command, Stdio};
 
 use common::{Scenario, TIMEOUT, simulate_members};
 use fleethub_crds::{ApprovalRequest, UpdateRun};
-use fleethub_testkit::{Fleet, poll_until, repo_root, unique_name, wait_for};
+use fleethub_testkit::{Cleanup, Fleet, poll_until, repo_root, unique_name, wait_for};
 use hub_process::HubProcess;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::Api;
+use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 use serde_norway::Value;
 
@@ -61,8 +63,8 @@ fn kubectl(fleet: &Fleet, args: &[&str], stdin: Option<&str>) -> String {
 }
 
 /// Applies the hub's identity and RBAC from the kustomize base (not its Deployment: the hub
-/// runs here as a local process).
-fn apply_hub_rbac(fleet: &Fleet) {
+/// runs here as a local process); `cleanup` deletes the objects that did not exist before.
+fn apply_hub_rbac(fleet: &Fleet, cleanup: &Cleanup) {
     let dir = repo_root().join("deploy/hub");
     let rendered = kubectl(fleet, &["kustomize", dir.to_str().unwrap()], None);
     let wanted = [
@@ -77,6 +79,7 @@ fn apply_hub_rbac(fleet: &Fleet) {
     for doc in serde_norway::Deserializer::from_str(&rendered) {
         let v = <Value as serde::Deserialize>::deserialize(doc).unwrap();
         if v["kind"].as_str().is_some_and(|k| wanted.contains(&k)) {
+            track_if_new(fleet, cleanup, &v);
             docs.push(serde_norway::to_string(&v).unwrap());
         }
     }
@@ -92,6 +95,34 @@ fn apply_hub_rbac(fleet: &Fleet) {
         ],
         Some(&docs.join("---\n")),
     );
+}
+
+/// Records manifest `v` in `cleanup` unless its object exists on the hub already (the fleet's
+/// own `fleethub-system` namespace stays).
+fn track_if_new(fleet: &Fleet, cleanup: &Cleanup, v: &Value) {
+    let (kind, name) = (
+        v["kind"].as_str().unwrap(),
+        v["metadata"]["name"].as_str().unwrap(),
+    );
+    let namespace = v["metadata"]["namespace"].as_str();
+    let api_version = v["apiVersion"].as_str().unwrap();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(group, version, kind),
+        &format!("{}s", kind.to_lowercase()),
+    );
+    let object = if group.is_empty() {
+        format!("{}/{name}", resource.plural)
+    } else {
+        format!("{}.{group}/{name}", resource.plural)
+    };
+    let mut get = vec!["get", "--ignore-not-found", "-o", "name", &object];
+    if let Some(ns) = namespace {
+        get.extend(["-n", ns]);
+    }
+    if kubectl(fleet, &get, None).trim().is_empty() {
+        cleanup.track_dynamic("hub", &resource, namespace, name);
+    }
 }
 
 /// A kubeconfig for the hub cluster that authenticates with a fresh token of the hub's
@@ -124,7 +155,8 @@ fn service_account_kubeconfig(fleet: &Fleet) -> std::path::PathBuf {
 #[tokio::test]
 async fn the_hub_works_with_the_rbac_of_its_manifests() {
     let fleet = Fleet::get().unwrap();
-    apply_hub_rbac(fleet);
+    let cleanup = Cleanup::new(fleet);
+    apply_hub_rbac(fleet, &cleanup);
     let kubeconfig = service_account_kubeconfig(fleet);
 
     // The token really is not admin.
@@ -139,6 +171,7 @@ async fn the_hub_works_with_the_rbac_of_its_manifests() {
     let _restore = FleetHubBack(fleet);
     fleet.kill("hub").unwrap();
     let lease = unique_name("least-privilege");
+    cleanup.track::<Lease>("hub", Some(NAMESPACE), &lease);
     let hub = HubProcess::start(
         &kubeconfig,
         "least-privilege-test-hub",

@@ -8,7 +8,7 @@ use fleethub_crds::MemberCluster;
 use fleethub_crds::conditions::find;
 use fleethub_crds::member_cluster::MemberClusterSpec;
 use fleethub_crds::{Work, names};
-use fleethub_testkit::{Fleet, unique_name, wait_deleted, wait_for};
+use fleethub_testkit::{Cleanup, Fleet, unique_name, wait_deleted, wait_for};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -59,7 +59,10 @@ async fn a_member_gets_an_isolated_identity_health_and_clean_up() {
     let hub = fleet.hub().await.unwrap();
     let members: Api<MemberCluster> = Api::all(hub.clone());
     let (a, b) = (unique_name("ma"), unique_name("mb"));
+    let cleanup = Cleanup::new(fleet);
     for name in [&a, &b] {
+        cleanup.track::<Namespace>("hub", None, &names::member_namespace(name));
+        cleanup.track::<MemberCluster>("hub", None, name);
         let m = MemberCluster::new(
             name,
             MemberClusterSpec {

@@ -7,8 +7,20 @@ use std::time::Duration;
 
 use fleethub_testkit::{Fleet, free_port, http_get, poll_until};
 
-fn start_hub(kubeconfig: &std::path::Path, port: u16) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_fleethub-hub"))
+/// A hub process started by a test; killed if the test ends without stopping it (a failed
+/// assertion), so no stray hub keeps working on the fleet.
+struct HubChild(Child);
+
+impl Drop for HubChild {
+    fn drop(&mut self) {
+        // Harmless once the process has exited.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_hub(kubeconfig: &std::path::Path, port: u16) -> HubChild {
+    let child = Command::new(env!("CARGO_BIN_EXE_fleethub-hub"))
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(["--listen", &format!("127.0.0.1:{port}")])
@@ -17,7 +29,8 @@ fn start_hub(kubeconfig: &std::path::Path, port: u16) -> Child {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap()
+        .unwrap();
+    HubChild(child)
 }
 
 async fn readyz(port: u16) -> Option<(u16, String)> {
@@ -26,7 +39,8 @@ async fn readyz(port: u16) -> Option<(u16, String)> {
         .ok()
 }
 
-fn sigterm_and_wait(mut child: Child) -> (std::process::ExitStatus, String) {
+fn sigterm_and_wait(mut hub: HubChild) -> (std::process::ExitStatus, String) {
+    let child = &mut hub.0;
     // Drain the log while waiting: a full pipe would block the hub.
     let mut stderr = child.stderr.take().unwrap();
     let log = std::thread::spawn(move || {

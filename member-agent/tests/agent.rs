@@ -302,6 +302,7 @@ async fn deleting_a_work_keeps_objects_the_agent_did_not_create() {
 
     // Someone else's namespace and ConfigMap, there before the Work.
     let app = unique_name("app");
+    m.cleanup.track::<Namespace>("member-1", None, &app);
     let someone = PatchParams::apply("someone-else");
     Api::<Namespace>::all(m.member.clone())
         .patch(&app, &someone, &Patch::Apply(namespace(&app)))

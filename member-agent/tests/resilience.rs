@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use fleethub_crds::MemberCluster;
-use fleethub_testkit::{Fleet, http_get, poll_until, unique_name, wait_deleted, wait_for};
+use fleethub_testkit::{Cleanup, Fleet, http_get, poll_until, unique_name, wait_deleted, wait_for};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
@@ -46,6 +46,18 @@ async fn member_has(fleet: &Fleet, ns: &str, v: &str, timeout: Duration) {
     eprintln!("version {v} reached the member in {:?}", t.elapsed());
 }
 
+/// Starts the API servers this test stopped again when it ends, however it ends (before the
+/// clean-up guard, declared earlier, runs).
+struct ControlPlaneBack(&'static Fleet);
+
+impl Drop for ControlPlaneBack {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.start_control_plane() {
+            eprintln!("could not restart the fleet's control plane: {e}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn the_agent_rides_out_hub_and_member_outages() {
     let fleet = Fleet::get().unwrap();
@@ -53,6 +65,9 @@ async fn the_agent_rides_out_hub_and_member_outages() {
     let hub = fleet.hub().await.unwrap();
     let ns = unique_name("res");
     let placement = format!("p-{ns}");
+    let cleanup = Cleanup::new(fleet);
+    cleanup.track::<Namespace>("hub", None, &ns);
+    cleanup.track::<fleethub_crds::Placement>("hub", None, &placement);
     let namespaces: Api<Namespace> = Api::all(hub.clone());
     let n = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
     namespaces
@@ -79,6 +94,7 @@ async fn the_agent_rides_out_hub_and_member_outages() {
     member_has(fleet, &ns, "1", TIMEOUT).await;
 
     // The hub goes away: the agent notices and says so; the member keeps its workload.
+    let _back = ControlPlaneBack(fleet);
     fleet.kill("hub-apiserver").unwrap();
     let agent = fleet.agent_health_addr(MEMBER);
     let (_, why) = poll_until(

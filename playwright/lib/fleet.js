@@ -43,8 +43,63 @@ export function getJson(kind, name) {
   }
 }
 
-/** Applies objects (JS values) to the hub with server-side apply. */
+/**
+ * What this test file created or changed on the hub, newest last: objects to delete
+ * ({ kind, name, namespace }) and member labels to restore ({ member, key, value }). cleanUp()
+ * undoes it all; every test file calls it from an `after` hook, which runs also when a test
+ * fails, so the fleet is left as it was found (a user's demo runs on the same fleet).
+ */
+const undo = [];
+
+/** Records hub object `kind`/`name` (in `namespace`) for cleanUp() to delete. */
+export function track(kind, name, namespace) {
+  if (!undo.some((u) => u.kind === kind && u.name === name && u.namespace === namespace)) {
+    undo.push({ kind, name, namespace });
+  }
+}
+
+/**
+ * Sets labels on MemberClusters ({ 'member-1': { key: value } }), recording each label's
+ * previous value (or its absence) so cleanUp() puts it back.
+ */
+export function labelMembers(labelsByMember) {
+  for (const [member, labels] of Object.entries(labelsByMember)) {
+    const before = getJson('membercluster', member)?.metadata?.labels ?? {};
+    for (const key of Object.keys(labels)) {
+      if (!undo.some((u) => u.member === member && u.key === key)) undo.push({ member, key, value: before[key] });
+    }
+    const pairs = Object.entries(labels).map(([k, v]) => `${k}=${v}`);
+    kubectl(['label', 'membercluster', member, ...pairs, '--overwrite']);
+  }
+}
+
+/**
+ * Undoes what this file's tests did on the hub, newest first: deletes each recorded object
+ * (foreground: what it owns goes first, so member agents remove the workload from the members)
+ * and waits until it is gone, and restores the members' labels. Throws, naming them, if any
+ * could not be undone.
+ */
+export function cleanUp() {
+  const failed = [];
+  for (const u of undo.splice(0).reverse()) {
+    try {
+      if (u.member) {
+        const label = u.value === undefined ? `${u.key}-` : `${u.key}=${u.value}`;
+        kubectl(['label', 'membercluster', u.member, label, '--overwrite']);
+      } else {
+        const ns = u.namespace ? ['-n', u.namespace] : [];
+        kubectl(['delete', u.kind, u.name, ...ns, '--ignore-not-found', '--cascade=foreground', '--wait=true', '--timeout=180s']);
+      }
+    } catch (e) {
+      failed.push(`${u.member ? `label ${u.key} of ${u.member}` : `${u.kind} ${u.name}`}: ${String(e.stderr || e.message).trim()}`);
+    }
+  }
+  if (failed.length) throw new Error(`clean-up left the fleet changed:\n${failed.join('\n')}`);
+}
+
+/** Applies objects (JS values) to the hub with server-side apply; cleanUp() deletes them. */
 export function apply(objects) {
+  for (const o of objects) track(o.kind.toLowerCase(), o.metadata.name, o.metadata.namespace);
   const input = objects.map((o) => JSON.stringify(o)).join('\n');
   kubectl(['apply', '--server-side', '--field-manager=fleethub-e2e', '-f', '-'], { input });
 }
@@ -112,9 +167,7 @@ export function approveWithKubectl(name, message = 'approved with kubectl') {
 export async function createApprovalScenario(prefix = 'e2e') {
   const name = uniqueName(prefix);
   const tiers = { 'member-1': 'first', 'member-2': 'second', 'member-3': 'rest' };
-  for (const [m, t] of Object.entries(tiers)) {
-    kubectl(['label', 'membercluster', m, `e2e.fleethub.dev/tier=${t}`, '--overwrite']);
-  }
+  labelMembers(Object.fromEntries(Object.entries(tiers).map(([m, t]) => [m, { 'e2e.fleethub.dev/tier': t }])));
   const stage = (stageName, tier, gated) => ({
     name: stageName,
     labelSelector: { matchLabels: { 'e2e.fleethub.dev/tier': tier } },
@@ -158,22 +211,6 @@ export async function createApprovalScenario(prefix = 'e2e') {
   const gates = { first: `${run}-first`, second: `${run}-second` };
   await waitFor(`ApprovalRequest ${gates.first}`, () => getJson('approvalrequest', gates.first), 120_000);
   return { name, run, gates };
-}
-
-/** Deletes what createApprovalScenario made (best effort; the fleet may be reused). */
-export function deleteScenario({ name }) {
-  for (const [kind, n] of [
-    ['updaterun', name],
-    ['placement', name],
-    ['stagedupdatestrategy', name],
-    ['namespace', name],
-  ]) {
-    try {
-      kubectl(['delete', kind, n, '--ignore-not-found', '--wait=false']);
-    } catch {
-      // best effort
-    }
-  }
 }
 
 /** Debian's Chromium, headless, with a fresh profile. Call close() when done. */

@@ -6,35 +6,34 @@ import {
   DASHBOARD_URL,
   approvalCondition,
   approveWithKubectl,
+  cleanUp,
   createApprovalScenario,
   csrfOf,
-  deleteScenario,
   getJson,
   kubectl,
   launchBrowser,
   screenshot,
   signIn,
+  track,
   waitFor,
   waitForLive,
   waitForMemberRow,
 } from '../lib/fleet.js';
 
 let browser;
-const scenarios = [];
 
 before(async () => {
   browser = await launchBrowser();
 });
 
+// Runs also when a test failed: the scenarios' objects go, the members' labels come back.
 after(async () => {
   await browser?.close();
-  scenarios.forEach(deleteScenario);
+  cleanUp();
 });
 
 async function scenario(prefix) {
-  const s = await createApprovalScenario(prefix);
-  scenarios.push(s);
-  return s;
+  return createApprovalScenario(prefix);
 }
 
 /** The state label of stage `stage` on an open run page. */
@@ -185,7 +184,7 @@ test('admin stops, resumes, starts and rolls back runs in the browser; pages car
   assert.equal(startedRun.spec.placementName, s.name);
   assert.equal(startedRun.spec.resourceSnapshotIndex, '1');
   assert.equal(startedRun.spec.stagedRolloutStrategyName, s.name);
-  scenarios.push({ name: started });
+  track('updaterun', started);
   // It supersedes the stopped-and-resumed run, which waited at its gate.
   await waitFor('the older run to be superseded', () =>
     getJson('updaterun', s.run).status?.conditions?.find((c) => c.type === 'Succeeded')?.reason === 'UpdateRunSuperseded');
@@ -198,7 +197,7 @@ test('admin stops, resumes, starts and rolls back runs in the browser; pages car
   await screenshot(page, 'placements-page.png');
   await Promise.all([page.waitForURL((u) => u.pathname.startsWith('/runs/') && !u.pathname.endsWith(started)), page.click(rollback)]);
   const back = getJson('updaterun', new URL(page.url()).pathname.split('/')[2]);
-  scenarios.push({ name: back.metadata.name });
+  track('updaterun', back.metadata.name);
   assert.equal(back.spec.resourceSnapshotIndex, '0');
   assert.equal(back.spec.placementName, s.name);
 

@@ -19,8 +19,10 @@ import {
   apply,
   approvalCondition,
   approveWithKubectl,
+  cleanUp,
   getJson,
   kubectl,
+  labelMembers,
   launchBrowser,
   screenshot,
   signIn,
@@ -39,18 +41,13 @@ const SOAK = '3s';
 const RUN_TIMEOUT = 240_000;
 
 const ns = uniqueName('journey');
-const created = [];
 let browser;
 
+// Runs also when the test failed: what it applied goes (the placement first, so the agents
+// remove the workload from the members), the members' labels come back.
 after(async () => {
   await browser?.close();
-  for (const [kind, name] of [...created].reverse()) {
-    try {
-      kubectl(['delete', kind, name, '--ignore-not-found', '--wait=false']);
-    } catch {
-      // best effort: the fleet may be reused
-    }
-  }
+  cleanUp();
 });
 
 /** Member `i`'s Deployment `web` in the journey's namespace, or null. */
@@ -104,7 +101,6 @@ function startRun(name, index) {
       spec: { placementName: ns, resourceSnapshotIndex: String(index), stagedRolloutStrategyName: ns },
     },
   ]);
-  created.push(['updaterun', name]);
 }
 
 async function succeeded(name) {
@@ -173,10 +169,7 @@ function assertCompleteAndOrdered(run) {
 
 test('the staged-deploy journey: new image stage by stage through kubectl and dashboard approvals, then a rollback', async () => {
   // The fleet's roles, the workload on the hub, the strategy and the placement.
-  for (const [member, labels] of ROLES) {
-    const pairs = Object.entries(labels).map(([k, v]) => `${k}=${v}`);
-    kubectl(['label', 'membercluster', member, ...pairs, '--overwrite']);
-  }
+  labelMembers(Object.fromEntries(ROLES));
   apply([
     { apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns } },
     { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'web', namespace: ns }, data: { greeting: 'hello' } },
@@ -217,7 +210,6 @@ test('the staged-deploy journey: new image stage by stage through kubectl and da
       },
     },
   ]);
-  created.push(['namespace', ns], ['stagedupdatestrategy', ns], ['placement', ns]);
   await waitFor('snapshot 0', () => getJson('resourcesnapshot', `${ns}-0-snapshot`));
 
   // Version 1 everywhere.

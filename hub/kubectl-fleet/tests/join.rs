@@ -15,7 +15,7 @@ use common::{Scenario, TIMEOUT};
 use fleethub_crds::applied_work::{AppliedWork, applied_work_name};
 use fleethub_crds::conditions::is_true;
 use fleethub_crds::{MemberCluster, Work, names};
-use fleethub_testkit::{Fleet, wait_deleted, wait_for};
+use fleethub_testkit::{Cleanup, Fleet, wait_deleted, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -31,14 +31,69 @@ fn joined(m: Option<&MemberCluster>) -> bool {
         .is_some_and(|s| is_true(&s.conditions, "Joined"))
 }
 
+/// A guard for a member `name` joined by a test: its MemberCluster and hub namespace, and what
+/// join installs in member cluster `member_index` unless it was there before the test.
+async fn join_cleanup(fleet: &Fleet, member: &Client, member_index: usize, name: &str) -> Cleanup {
+    let cleanup = Cleanup::new(fleet);
+    cleanup.track::<Namespace>("hub", None, &names::member_namespace(name));
+    cleanup.track::<MemberCluster>("hub", None, name);
+    let cluster = format!("member-{member_index}");
+    let agent_objects = "fleethub-member-agent";
+    if Api::<Namespace>::all(member.clone())
+        .get_opt("fleethub-system")
+        .await
+        .unwrap()
+        .is_none()
+    {
+        cleanup.track::<Namespace>(&cluster, None, "fleethub-system");
+    }
+    if Api::<ClusterRole>::all(member.clone())
+        .get_opt(agent_objects)
+        .await
+        .unwrap()
+        .is_none()
+    {
+        cleanup.track::<ClusterRole>(&cluster, None, agent_objects);
+    }
+    if Api::<ClusterRoleBinding>::all(member.clone())
+        .get_opt(agent_objects)
+        .await
+        .unwrap()
+        .is_none()
+    {
+        cleanup.track::<ClusterRoleBinding>(&cluster, None, agent_objects);
+    }
+    cleanup
+}
+
 fn path(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
 /// A ConfigMap rolled out to `member` by a RollingUpdate placement; returns the scenario (its
 /// app namespace holds ConfigMap `web`) once the member cluster has it.
-async fn roll_out_to(fleet: &Fleet, member_client: &Client, member: &str) -> Scenario {
+async fn roll_out_to(
+    fleet: &Fleet,
+    member_client: &Client,
+    member_index: usize,
+    member: &str,
+) -> Scenario {
     let s = Scenario::new(fleet, "kfj").await;
+    // The member's agent may be gone when the scenario is cleaned up: its Work's finalizer then
+    // goes, and deleting the AppliedWork removes the workload from the member cluster.
+    s.cleanup.track_forced::<AppliedWork>(
+        &format!("member-{member_index}"),
+        None,
+        &applied_work_name(
+            &names::member_namespace(member),
+            &names::work_name(&s.placement),
+        ),
+    );
+    s.cleanup.track_forced::<Work>(
+        "hub",
+        Some(&names::member_namespace(member)),
+        &names::work_name(&s.placement),
+    );
     s.placement(&[&member.to_string()], true).await;
     let cms: Api<ConfigMap> = Api::namespaced(member_client.clone(), &s.app_namespace());
     wait_for(
@@ -100,6 +155,7 @@ async fn join_installs_the_agent_and_unjoin_removes_everything() {
     let member = fleet.member(member_index).await.unwrap();
     let name = fleethub_testkit::unique_name("joined");
     let dir = scratch(fleet, &name);
+    let _cleanup = join_cleanup(fleet, &member, member_index, &name).await;
 
     // join waits for Joined=True; start it, then play the kubelet: run the agent it installed.
     let join = plugin_spawn(
@@ -205,7 +261,7 @@ async fn join_installs_the_agent_and_unjoin_removes_everything() {
     );
 
     // The agent's scoped credential and the base's RBAC are enough to roll a workload out.
-    let s = roll_out_to(fleet, &member, &name).await;
+    let s = roll_out_to(fleet, &member, member_index, &name).await;
 
     // join again: idempotent, the same credential.
     let out = plugin_ok(
@@ -316,6 +372,7 @@ async fn join_without_agent_for_a_process_agent_and_force_unjoin_when_it_is_gone
     let member = fleet.member(member_index).await.unwrap();
     let name = fleethub_testkit::unique_name("joinedp");
     let dir = scratch(fleet, &name);
+    let _cleanup = join_cleanup(fleet, &member, member_index, &name).await;
     let agent_hub_kc = dir.join("agent-hub.kubeconfig");
 
     // What the local fleet does for its members.
@@ -397,7 +454,7 @@ async fn join_without_agent_for_a_process_agent_and_force_unjoin_when_it_is_gone
     assert_eq!(std::fs::read_to_string(&agent_hub_kc).unwrap(), written);
 
     // A workload on the member, its Work carrying the agent's finalizer; then the agent is gone.
-    let s = roll_out_to(fleet, &member, &name).await;
+    let s = roll_out_to(fleet, &member, member_index, &name).await;
     let works: Api<Work> = Api::namespaced(hub.clone(), &names::member_namespace(&name));
     let work = works.get(&s.placement).await.unwrap();
     assert!(
@@ -492,7 +549,9 @@ async fn the_kustomize_base_passes_a_server_side_dry_run() {
         .await
         .unwrap()
         .is_some();
+    let cleanup = Cleanup::new(fleet);
     if !existed {
+        cleanup.track::<Namespace>("member-2", None, "fleethub-system");
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fleethub-system"}});
         namespaces
             .patch(

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use fleethub_crds::conditions::find;
 use fleethub_crds::{ApprovalRequest, Binding, ResourceSnapshot, UpdateRun, Work, names};
-use fleethub_testkit::{Fleet, unique_name, wait_for};
+use fleethub_testkit::{Cleanup, Fleet, unique_name, wait_for};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
@@ -21,9 +21,11 @@ pub mod real;
 
 pub const TIMEOUT: Duration = Duration::from_secs(120);
 
-/// One test's objects, all named after a unique id.
+/// One test's objects, all named after a unique id; dropping it deletes every object it created.
 pub struct Scenario {
     pub hub: Client,
+    /// Everything this scenario created on the hub, deleted when the scenario is dropped.
+    pub cleanup: Cleanup,
     pub id: String,
     pub placement: String,
     pub run: String,
@@ -35,6 +37,7 @@ impl Scenario {
         let id = unique_name(prefix);
         Self {
             hub: fleet.hub().await.unwrap(),
+            cleanup: Cleanup::new(fleet),
             placement: format!("web-{id}"),
             run: format!("run-{id}"),
             strategy: format!("strategy-{id}"),
@@ -65,6 +68,12 @@ impl Scenario {
             k => format!("{}s", k.to_lowercase()),
         };
         let ar = ApiResource::from_gvk_with_plural(&gvk, &plural);
+        self.cleanup.track_dynamic(
+            "hub",
+            &ar,
+            obj.metadata.namespace.as_deref(),
+            &obj.name_any(),
+        );
         let api: Api<DynamicObject> = Api::all_with(self.hub.clone(), &ar);
         api.create(&PostParams::default(), &obj)
             .await
@@ -75,6 +84,9 @@ impl Scenario {
     /// provisioned its namespace.
     pub async fn member(&self, role: &str, labels: Value) -> String {
         let name = self.cluster(role);
+        // The hub provisions the namespace; it goes with the MemberCluster, waited for too.
+        self.cleanup
+            .track::<Namespace>("hub", None, &names::member_namespace(&name));
         self.create(
             json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "MemberCluster",
             "metadata": {"name": name, "labels": labels}, "spec": {}}),
@@ -107,6 +119,8 @@ impl Scenario {
     /// Sets the content: the app namespace holding ConfigMap `web` with `version`.
     pub async fn set_version(&self, version: &str) {
         let namespaces: Api<Namespace> = Api::all(self.hub.clone());
+        self.cleanup
+            .track::<Namespace>("hub", None, &self.app_namespace());
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.app_namespace()}});
         namespaces
             .patch(

@@ -3,8 +3,10 @@
 //! a namespace with a Deployment and a ConfigMap on the hub, and runs that roll it out.
 
 use fleethub_crds::conditions::is_true;
-use fleethub_crds::{ApprovalRequest, MemberCluster, UpdateRun, names};
-use fleethub_testkit::{Fleet, unique_name, wait_for};
+use fleethub_crds::{
+    ApprovalRequest, MemberCluster, Placement, StagedUpdateStrategy, UpdateRun, names,
+};
+use fleethub_testkit::{Cleanup, Fleet, unique_name, wait_for};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
@@ -22,6 +24,9 @@ pub const ROLES: [(&str, &str); 3] = [
     ("member-3", "production"),
 ];
 
+/// The field manager of the members' labels the tests set.
+pub const LABEL_MANAGER: &str = "journey-test";
+
 /// Labels the fleet's members with their environment and `order`, and waits until each is
 /// joined and healthy.
 pub async fn label_members(hub: &Client) {
@@ -32,7 +37,7 @@ pub async fn label_members(hub: &Client) {
         members
             .patch(
                 name,
-                &PatchParams::apply("journey-test").force(),
+                &PatchParams::apply(LABEL_MANAGER).force(),
                 &Patch::Apply(&labels),
             )
             .await
@@ -59,9 +64,13 @@ pub async fn wait_healthy(hub: &Client, name: &str) -> MemberCluster {
     .unwrap()
 }
 
-/// One test's workload and rollout objects on the hub, named after a unique id.
+/// One test's workload and rollout objects on the hub, named after a unique id; dropping it
+/// deletes them (the placement first, so the member agents remove the workload from the
+/// members).
 pub struct Rollout {
     pub hub: Client,
+    /// Everything this rollout created on the hub, deleted when it is dropped.
+    pub cleanup: Cleanup,
     pub id: String,
     /// The workload's namespace (on the hub and, once placed, on the members).
     pub ns: String,
@@ -84,11 +93,24 @@ impl Rollout {
         let id = unique_name(prefix);
         let r = Rollout {
             hub: hub.clone(),
+            cleanup: Cleanup::new(fleet),
             ns: id.clone(),
             placement: format!("web-{id}"),
             strategy: format!("stages-{id}"),
             id,
         };
+        // The members' labels go back to what they were: the ones only this test set are
+        // dropped (the sample rollout sets the same ones, which then stay).
+        for (name, _) in ROLES {
+            r.cleanup
+                .release_fields::<MemberCluster>("hub", None, name, LABEL_MANAGER);
+        }
+        // Deleted newest first: the runs, the placement (its bindings and Works with it, so the
+        // agents clean the members up), the strategy, the workload's namespace.
+        r.cleanup.track::<Namespace>("hub", None, &r.ns);
+        r.cleanup
+            .track::<StagedUpdateStrategy>("hub", None, &r.strategy);
+        r.cleanup.track::<Placement>("hub", None, &r.placement);
         let namespaces: Api<Namespace> = Api::all(hub.clone());
         namespaces
             .create(
@@ -183,6 +205,7 @@ impl Rollout {
             "metadata": {"name": name}, "spec": spec}),
         )
         .unwrap();
+        self.cleanup.track::<UpdateRun>("hub", None, &name);
         runs.create(&PostParams::default(), &run).await.unwrap();
         name
     }

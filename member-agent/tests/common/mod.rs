@@ -18,7 +18,7 @@ use fleethub_member_agent::metrics::Metrics;
 use fleethub_member_agent::{Agent, AgentConfig, DEFAULT_RESYNC_PERIOD, clock, readiness};
 use fleethub_runtime::Health;
 use fleethub_testkit::{
-    Fleet, free_port, http_get, poll_until, unique_name, wait_deleted, wait_for,
+    Cleanup, Fleet, free_port, http_get, poll_until, unique_name, wait_deleted, wait_for,
 };
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
@@ -136,7 +136,8 @@ impl Drop for TestAgent {
 }
 
 /// A MemberCluster of the test's own (applying to member cluster `member-1`) and its Works
-/// namespace on the hub.
+/// namespace on the hub; dropping it deletes them, its Works and what they applied to
+/// `member-1` (declare it before the [`TestAgent`], so the agent is stopped first).
 pub struct TestMember {
     /// The MemberCluster's name.
     pub name: String,
@@ -146,17 +147,24 @@ pub struct TestMember {
     pub hub: Client,
     /// Admin client of member cluster `member-1`.
     pub member: Client,
+    /// Everything created for this member, on the hub and on `member-1`.
+    pub cleanup: Cleanup,
 }
 
 impl TestMember {
     /// A name for a new test member (no object is created).
     pub async fn named(fleet: &Fleet) -> TestMember {
         let name = unique_name("m");
+        let namespace = fleethub_crds::names::member_namespace(&name);
+        let cleanup = Cleanup::new(fleet);
+        cleanup.track::<Namespace>("hub", None, &namespace);
+        cleanup.track::<MemberCluster>("hub", None, &name);
         TestMember {
-            namespace: fleethub_crds::names::member_namespace(&name),
+            namespace,
             name,
             hub: fleet.hub().await.unwrap(),
             member: fleet.member(1).await.unwrap(),
+            cleanup,
         }
     }
 
@@ -213,6 +221,12 @@ impl TestMember {
 
     /// Creates or updates Work `name` (server-side apply).
     pub async fn apply_work(&self, name: &str, spec: Value) -> Work {
+        // The agent that would remove the Work's finalizer is stopped before the clean-up runs;
+        // deleting the AppliedWork on the member removes what the Work applied (it owns it).
+        self.cleanup
+            .track_forced::<AppliedWork>("member-1", None, &self.applied_work_name(name));
+        self.cleanup
+            .track_forced::<Work>("hub", Some(&self.namespace), name);
         self.works()
             .patch(
                 name,

@@ -6,7 +6,15 @@
 //! kit starts a private one for this test process in `<repo>/.fleet-test-<pid>` on free ports,
 //! with a watchdog that takes it down when the process exits, so no process is left behind.
 //! `deploy/local/fleet test` brings one fleet up for the whole suite instead.
+//!
+//! A test runs on a fleet someone else may be using (the README's demo runs on the same one), so
+//! it records what it creates in a [`Cleanup`] guard, which deletes it all when dropped, also
+//! when the test fails or panics.
 #![forbid(unsafe_code)]
+
+mod cleanup;
+
+pub use cleanup::Cleanup;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,6 +39,9 @@ pub enum Error {
     /// A kubeconfig could not be loaded.
     #[error("kubeconfig {0}: {1}")]
     Kubeconfig(PathBuf, String),
+    /// Objects a [`Cleanup`] guard could not delete in time.
+    #[error("clean-up left objects behind: {0}")]
+    Cleanup(String),
     /// A wait ran past its deadline.
     #[error("timed out after {0:?} waiting for {1}")]
     Timeout(Duration, String),

@@ -1,10 +1,11 @@
 //! The local fleet is made of real Kubernetes: members schedule and run workloads on kwok nodes
 //! (and kwok can keep chosen pods unready), and the hub's controller manager deletes namespaces
-//! and collects garbage.
+//! and collects garbage. And the [`Cleanup`] guard really removes what a test made, also when
+//! the test panics.
 
 use std::time::Duration;
 
-use fleethub_testkit::{Fleet, unique_name, wait_deleted, wait_for};
+use fleethub_testkit::{Cleanup, Fleet, unique_name, wait_deleted, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use kube::api::{ListParams, PostParams};
@@ -13,8 +14,10 @@ use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
-async fn namespace(client: &Client) -> String {
+/// A new namespace on `cluster` (`client` is its admin), deleted by `cleanup`.
+async fn namespace(client: &Client, cleanup: &Cleanup, cluster: &str) -> String {
     let name = unique_name("t");
+    cleanup.track::<Namespace>(cluster, None, &name);
     let api: Api<Namespace> = Api::all(client.clone());
     api.create(
         &PostParams::default(),
@@ -84,7 +87,13 @@ async fn every_member_has_ready_kwok_nodes() {
 async fn a_deployment_on_a_member_becomes_available() {
     let fleet = Fleet::get().unwrap();
     let member = fleet.member(fleet.member_count()).await.unwrap();
-    let ns = namespace(&member).await;
+    let cleanup = Cleanup::new(fleet);
+    let ns = namespace(
+        &member,
+        &cleanup,
+        &format!("member-{}", fleet.member_count()),
+    )
+    .await;
     let api: Api<Deployment> = Api::namespaced(member.clone(), &ns);
     api.create(&PostParams::default(), &deployment("web", 3, json!({})))
         .await
@@ -128,7 +137,8 @@ async fn a_deployment_on_a_member_becomes_available() {
 async fn pods_kwok_keeps_unready_keep_a_deployment_unavailable() {
     let fleet = Fleet::get().unwrap();
     let member = fleet.member(1).await.unwrap();
-    let ns = namespace(&member).await;
+    let cleanup = Cleanup::new(fleet);
+    let ns = namespace(&member, &cleanup, "member-1").await;
     let api: Api<Deployment> = Api::namespaced(member.clone(), &ns);
     api.create(
         &PostParams::default(),
@@ -187,8 +197,10 @@ async fn pods_kwok_keeps_unready_keep_a_deployment_unavailable() {
 
 #[tokio::test]
 async fn the_hub_deletes_namespaces_and_collects_garbage() {
-    let hub = Fleet::get().unwrap().hub().await.unwrap();
-    let ns = namespace(&hub).await;
+    let fleet = Fleet::get().unwrap();
+    let hub = fleet.hub().await.unwrap();
+    let cleanup = Cleanup::new(fleet);
+    let ns = namespace(&hub, &cleanup, "hub").await;
     let cms: Api<ConfigMap> = Api::namespaced(hub.clone(), &ns);
     let owner = cms
         .create(
@@ -220,4 +232,75 @@ async fn the_hub_deletes_namespaces_and_collects_garbage() {
     let namespaces: Api<Namespace> = Api::all(hub);
     namespaces.delete(&ns, &Default::default()).await.unwrap();
     wait_deleted(&namespaces, &ns, TIMEOUT).await.unwrap();
+}
+
+/// Whether namespace `name` exists on the hub (asked from a runtime of its own).
+fn hub_has_namespace(fleet: &Fleet, name: &str) -> bool {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let namespaces: Api<Namespace> = Api::all(fleet.hub().await.unwrap());
+        namespaces.get_opt(name).await.unwrap().is_some()
+    })
+}
+
+#[test]
+fn a_cleanup_guard_removes_what_a_panicking_test_made_inside_or_outside_a_runtime() {
+    let fleet = Fleet::get().unwrap();
+
+    // Dropped while a test in a runtime unwinds from a panic.
+    let panicked = unique_name("cleanup-panic");
+    let result = std::panic::catch_unwind(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let hub = fleet.hub().await.unwrap();
+            let cleanup = Cleanup::new(fleet);
+            let made = namespace(&hub, &cleanup, "hub").await;
+            cleanup.track::<Namespace>("hub", None, &panicked);
+            Api::<Namespace>::all(hub)
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({"metadata": {"name": panicked}})).unwrap(),
+                )
+                .await
+                .unwrap();
+            assert!(!made.is_empty());
+            panic!("the test fails half-way");
+        })
+    });
+    assert!(result.is_err());
+    assert!(
+        !hub_has_namespace(fleet, &panicked),
+        "the guard deleted the namespace and waited until it was gone"
+    );
+
+    // Dropped outside any runtime; and an object that was never created is no error.
+    let outside = unique_name("cleanup-outside");
+    let cleanup = Cleanup::new(fleet);
+    cleanup.track::<Namespace>("hub", None, &unique_name("never-created"));
+    {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let hub = fleet.hub().await.unwrap();
+            cleanup.track::<Namespace>("hub", None, &outside);
+            Api::<Namespace>::all(hub)
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({"metadata": {"name": outside}})).unwrap(),
+                )
+                .await
+                .unwrap();
+        });
+    }
+    assert!(hub_has_namespace(fleet, &outside));
+    cleanup.clean().unwrap();
+    assert!(!hub_has_namespace(fleet, &outside));
 }
