@@ -34,11 +34,9 @@ pub fn PlacementsPage() -> impl IntoView {
     }
 }
 
-fn placement_section(
-    p: PlacementRow,
-    strategies: &[String],
-    me: Option<Me>,
-) -> impl IntoView + use<> {
+// The parts of a card are returned as `AnyView`: as one nested type, a card is deeper than the
+// compiler's recursion limit allows when the browser build lays out its hydration.
+fn placement_section(p: PlacementRow, strategies: &[String], me: Option<Me>) -> AnyView {
     let start_forms = me
         .filter(|m| {
             // Runs drive External placements only (the hub refuses others).
@@ -70,10 +68,11 @@ fn placement_section(
             </div>
         </section>
     }
+    .into_any()
 }
 
 /// "Start run" (any snapshot, any strategy) and the one-click rollback.
-fn start_forms(p: &PlacementRow, strategies: &[String], me: &Me) -> impl IntoView + use<> {
+fn start_forms(p: &PlacementRow, strategies: &[String], me: &Me) -> AnyView {
     let default_strategy = p
         .last_strategy
         .clone()
@@ -129,9 +128,10 @@ fn start_forms(p: &PlacementRow, strategies: &[String], me: &Me) -> impl IntoVie
             {rollback}
         </div>
     }
+    .into_any()
 }
 
-fn clusters_table(p: &PlacementRow) -> impl IntoView + use<> {
+fn clusters_table(p: &PlacementRow) -> AnyView {
     view! {
         <table>
             <thead>
@@ -162,9 +162,10 @@ fn clusters_table(p: &PlacementRow) -> impl IntoView + use<> {
             </tbody>
         </table>
     }
+    .into_any()
 }
 
-fn snapshots_table(p: &PlacementRow) -> impl IntoView + use<> {
+fn snapshots_table(p: &PlacementRow) -> AnyView {
     view! {
         <table>
             <thead>
@@ -191,4 +192,5 @@ fn snapshots_table(p: &PlacementRow) -> impl IntoView + use<> {
             </tbody>
         </table>
     }
+    .into_any()
 }

@@ -83,7 +83,7 @@ fn run_view(v: RunView, me: Option<Me>) -> impl IntoView {
     }
 }
 
-fn stage_view(s: StageView, can_approve: bool) -> impl IntoView {
+fn stage_view(s: StageView, can_approve: bool) -> AnyView {
     view! {
         <li class="stage card" data-stage=s.name.clone()>
             <h2>
@@ -142,4 +142,5 @@ fn stage_view(s: StageView, can_approve: bool) -> impl IntoView {
                 })}
         </li>
     }
+    .into_any()
 }
