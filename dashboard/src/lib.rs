@@ -2,8 +2,12 @@
 //! browser (`hydrate`, wasm32). Every hub read and write is made with the signed-in user's own
 //! Kubernetes token, so the dashboard never holds more privilege than its user.
 
+mod api;
 pub mod app;
+mod components;
+mod live;
 pub mod model;
+mod pages;
 #[cfg(feature = "ssr")]
 pub mod server;
 

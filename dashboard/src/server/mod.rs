@@ -8,12 +8,13 @@ pub mod session;
 pub mod views;
 
 use axum::extract::{Form, FromRef, Path, Request, State};
-use axum::http::header::{LOCATION, SET_COOKIE};
+use axum::http::header::LOCATION;
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
+use axum_extra::extract::cookie::CookieJar;
 use fleethub_crds::update_run::UpdateRunState;
 use leptos::prelude::*;
 use leptos_axum::{LeptosRoutes, generate_route_list};
@@ -176,7 +177,11 @@ struct LoginForm {
 }
 
 /// Sign-in: the token is checked with a TokenReview; on success a server-side session holds it.
-async fn login(State(state): State<AppState>, Form(f): Form<LoginForm>) -> Response {
+async fn login(
+    State(state): State<AppState>,
+    jar: CookieJar,
+    Form(f): Form<LoginForm>,
+) -> Response {
     let token = f.token.trim().to_string();
     let next = pages::safe_next(&f.next);
     let fail = |status: StatusCode, msg: String| {
@@ -199,11 +204,8 @@ async fn login(State(state): State<AppState>, Form(f): Form<LoginForm>) -> Respo
     };
     tracing::info!(user, "signed in");
     let id = state.sessions.create(user, token, client);
-    let mut res = redirect(&next);
-    if let Ok(v) = HeaderValue::from_str(&session::set_cookie(&id, state.secure_cookies)) {
-        res.headers_mut().insert(SET_COOKIE, v);
-    }
-    res
+    let cookie = session::session_cookie(id, state.secure_cookies);
+    (jar.add(cookie), redirect(&next)).into_response()
 }
 
 #[derive(Deserialize)]
@@ -223,18 +225,15 @@ fn check_csrf(s: &Session, token: &str) -> Result<(), Error> {
 async fn logout(
     State(state): State<AppState>,
     Extension(s): Extension<Session>,
-    headers: axum::http::HeaderMap,
+    jar: CookieJar,
     Form(f): Form<CsrfForm>,
 ) -> Response {
     if let Err(e) = check_csrf(&s, &f.csrf) {
         return error_response(e, Some(&s.user));
     }
-    state.sessions.remove(&headers);
-    let mut res = redirect("/login");
-    if let Ok(v) = HeaderValue::from_str(&session::clear_cookie()) {
-        res.headers_mut().insert(SET_COOKIE, v);
-    }
-    res
+    state.sessions.remove(&jar);
+    let jar = jar.remove(session::session_cookie_to_remove());
+    (jar, redirect("/login")).into_response()
 }
 
 #[derive(Deserialize)]

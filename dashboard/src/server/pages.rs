@@ -1,34 +1,28 @@
 //! The pages served without Leptos: sign-in and errors of actions. Plain HTML with the same
 //! stylesheet; everything interpolated is escaped.
 
-use axum::response::Html;
+use std::borrow::Cow;
 
-/// Escapes text for HTML content and attribute values.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+use axum::response::Html;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+/// Escapes text for HTML content and (quoted) attribute values: `& < > " '`.
+pub fn escape(s: &str) -> Cow<'_, str> {
+    html_escape::encode_quoted_attribute(s)
 }
+
+/// What a query parameter value keeps unencoded: RFC 3986's unreserved characters and `/`, so
+/// a path stays readable (`/login?next=/runs/r1`).
+const QUERY_VALUE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~')
+    .remove(b'/');
 
 /// Percent-encodes a query parameter value.
 pub fn url_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
-                (b as char).to_string()
-            }
-            b => format!("%{b:02X}"),
-        })
-        .collect()
+    utf8_percent_encode(s, QUERY_VALUE).to_string()
 }
 
 /// Where to go after signing in: only paths of this site (no `//host`, no scheme).
@@ -115,11 +109,12 @@ mod tests {
     fn user_text_is_escaped_and_next_stays_on_this_site() {
         assert_eq!(
             escape(r#"<a href="x">&'"#),
-            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#x27;"
         );
         assert_eq!(safe_next("/runs/a?b=c"), "/runs/a?b=c");
         assert_eq!(safe_next("//evil.example"), "/");
         assert_eq!(safe_next("https://evil.example"), "/");
         assert_eq!(url_encode("/runs/a?b=c d"), "/runs/a%3Fb%3Dc%20d");
+        assert_eq!(url_encode("/runs/é~x_y-z.1"), "/runs/%C3%A9~x_y-z.1");
     }
 }

@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
-use axum::http::header::COOKIE;
+use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
+use subtle::ConstantTimeEq;
 
 /// The session cookie's name.
 pub const COOKIE_NAME: &str = "fleethub_session";
@@ -69,7 +70,12 @@ impl Sessions {
 
     /// The session of the request's cookie, if it is valid.
     pub fn from_headers(&self, headers: &HeaderMap) -> Option<Session> {
-        let id = session_id(headers)?;
+        self.get(&CookieJar::from_headers(headers))
+    }
+
+    /// The session of the jar's session cookie, if it is valid.
+    pub fn get(&self, jar: &CookieJar) -> Option<Session> {
+        let id = session_id(jar)?;
         let mut map = self.lock();
         let s = map.get_mut(&id)?;
         if s.last_used.elapsed() >= IDLE_TIMEOUT {
@@ -80,9 +86,9 @@ impl Sessions {
         Some(s.clone())
     }
 
-    /// Ends the request's session.
-    pub fn remove(&self, headers: &HeaderMap) {
-        if let Some(id) = session_id(headers) {
+    /// Ends the session of the jar's session cookie.
+    pub fn remove(&self, jar: &CookieJar) {
+        if let Some(id) = session_id(jar) {
             self.lock().remove(&id);
         }
     }
@@ -93,59 +99,67 @@ impl Sessions {
     }
 }
 
-/// The session id in the request's `Cookie` header(s).
-pub fn session_id(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == COOKIE_NAME)
-        .map(|(_, v)| v.to_string())
+/// The session id in the request's cookies.
+pub fn session_id(jar: &CookieJar) -> Option<String> {
+    jar.get(COOKIE_NAME)
+        .map(|c| c.value().to_string())
         .filter(|v| !v.is_empty())
 }
 
-/// The `Set-Cookie` value for a new session (`secure` when served over https).
-pub fn set_cookie(id: &str, secure: bool) -> String {
-    format!(
-        "{COOKIE_NAME}={id}; Path=/; HttpOnly; SameSite=Strict{}",
-        if secure { "; Secure" } else { "" }
-    )
+/// The cookie of a new session: script-proof (HttpOnly), never sent by another site's page
+/// (SameSite=Strict), and `Secure` when served over https.
+pub fn session_cookie(id: String, secure: bool) -> Cookie<'static> {
+    Cookie::build((COOKIE_NAME, id))
+        .path("/")
+        .http_only(true)
+        .same_site(SameSite::Strict)
+        .secure(secure)
+        .build()
 }
 
-/// The `Set-Cookie` value that deletes the session cookie.
-pub fn clear_cookie() -> String {
-    format!("{COOKIE_NAME}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")
+/// The session cookie with the attributes it was set with: handed to [`CookieJar::remove`],
+/// which turns it into a cookie that deletes it.
+pub fn session_cookie_to_remove() -> Cookie<'static> {
+    Cookie::build((COOKIE_NAME, ""))
+        .path("/")
+        .http_only(true)
+        .same_site(SameSite::Strict)
+        .build()
 }
 
 /// Constant-time comparison, so the CSRF check does not leak the token through timing.
 pub fn same_secret(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
+    a.as_bytes().ct_eq(b.as_bytes()).into()
 }
 
 #[cfg(test)]
 mod tests {
+    use axum::http::header::COOKIE;
+
     use super::*;
 
     #[test]
     fn the_session_id_is_read_from_the_cookie_header() {
         let mut h = HeaderMap::new();
         h.insert(COOKIE, "a=b; fleethub_session=abc123; c=d".parse().unwrap());
-        assert_eq!(session_id(&h).as_deref(), Some("abc123"));
+        assert_eq!(
+            session_id(&CookieJar::from_headers(&h)).as_deref(),
+            Some("abc123")
+        );
         h.insert(COOKIE, "fleethub_session=".parse().unwrap());
-        assert_eq!(session_id(&h), None);
+        assert_eq!(session_id(&CookieJar::from_headers(&h)), None);
     }
 
     #[test]
     fn cookies_are_http_only_and_same_site_strict() {
-        let c = set_cookie("x", false);
-        assert!(c.contains("HttpOnly") && c.contains("SameSite=Strict"));
-        assert!(set_cookie("x", true).ends_with("; Secure"));
+        let c = session_cookie("x".into(), false).to_string();
+        assert!(c.contains("HttpOnly") && c.contains("SameSite=Strict") && c.contains("Path=/"));
+        assert!(!c.contains("Secure"));
+        assert!(
+            session_cookie("x".into(), true)
+                .to_string()
+                .contains("; Secure")
+        );
         assert!(same_secret("abc", "abc"));
         assert!(!same_secret("abc", "abd"));
         assert!(!same_secret("abc", "ab"));

@@ -143,6 +143,11 @@ async fn state_changing_requests_need_the_sessions_csrf_token() {
             .unwrap()
             .contains("Max-Age=0")
     );
+    let removal = headers[header::SET_COOKIE].to_str().unwrap();
+    assert!(
+        removal.starts_with("fleethub_session=;") && removal.contains("Path=/"),
+        "{removal}"
+    );
     let (status, _, _) = send(
         &st,
         Request::get("/")
@@ -222,5 +227,46 @@ async fn server_functions_answer_at_fixed_endpoints() {
             .unwrap();
         let (status, _, body) = send(&st, req).await;
         assert_ne!(status, StatusCode::NOT_FOUND, "/api/{f}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn every_page_is_drawn_in_the_skeleton_heading_intro_and_the_problem() {
+    let _turn = SERIAL.lock().await;
+    let st = state();
+    let (cookie, _) = sign_in(&st);
+    for (path, heading, intro) in [
+        ("/", "Fleet", Some("Every member cluster of the hub")),
+        ("/placements", "Placements", Some("What goes where")),
+        ("/runs", "Runs", Some("Staged update runs, newest first")),
+        ("/runs/r1", "Run r1", None),
+        (
+            "/approvals",
+            "Approvals",
+            Some("Stage gates waiting for a person"),
+        ),
+        ("/approvals/r1-canary/approve", "Approve a stage", None),
+    ] {
+        let (status, _, body) = send(
+            &st,
+            Request::get(path)
+                .header(header::COOKIE, &cookie)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        let h1 = body.find("<h1>").map(|i| &body[i..]).unwrap_or_default();
+        assert!(h1.starts_with(&format!("<h1>{heading}")), "{path}: {body}");
+        if let Some(intro) = intro {
+            assert!(body.contains(intro), "{path}: {body}");
+        }
+        // The hub does not answer: the data's place holds the sentence, not "Loading…".
+        assert!(
+            body.contains("the hub API server did not answer"),
+            "{path}: {body}"
+        );
+        assert!(body.contains("role=\"alert\""), "{path}: {body}");
+        assert!(!body.contains("Loading…"), "{path}: {body}");
     }
 }

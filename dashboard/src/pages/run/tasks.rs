@@ -1,0 +1,162 @@
+//! A stage's gates on the run page: a timed wait with its countdown, an approval with who
+//! approved it (or the button to approve, for people allowed to), a metric check with its
+//! query, passes and next check.
+
+use leptos::prelude::*;
+
+use crate::live::live;
+use crate::model::{TaskView, clock, countdown};
+
+/// One stage task as a list item (`data-task` is its type).
+pub(super) fn task_view(t: TaskView, can_approve: bool) -> AnyView {
+    match t {
+        TaskView::TimedWait {
+            wait,
+            until,
+            elapsed,
+        } => timed_wait(wait, until, elapsed),
+        TaskView::Approval {
+            request,
+            approved,
+            approved_by,
+            note,
+            approved_at,
+            accepted,
+            pending,
+        } => {
+            let state = match (approved, pending) {
+                (true, _) => view! {
+                    <span class="badge good">"Approved"</span>
+                    " "
+                    <span class="approved-by">
+                        {approved_by.map(|who| format!("by {who} "))}
+                        {format!("at {}", clock(approved_at))}
+                        {(!accepted).then_some(" (the run has not picked it up yet)")}
+                    </span>
+                    {note.map(|n| view! { " " <q class="note">{n}</q> })}
+                }
+                .into_any(),
+                (false, true) => {
+                    view! { <span class="badge wait">"Waiting for approval"</span> }.into_any()
+                }
+                (false, false) if accepted => {
+                    view! { <span class="badge good">"Approved"</span> }.into_any()
+                }
+                (false, false) => view! {
+                    <span class="badge idle">"Not reached yet"</span>
+                }
+                .into_any(),
+            };
+            let button = request.filter(|_| pending && can_approve).map(|r| {
+                view! {
+                    <a class="button primary" href=format!("/approvals/{r}/approve")>
+                        "Approve…"
+                    </a>
+                }
+            });
+            view! {
+                <li class="task" data-task="Approval">
+                    <b>"Approval"</b>
+                    " — "
+                    {state}
+                    " "
+                    {button}
+                </li>
+            }
+            .into_any()
+        }
+        TaskView::MetricCheck {
+            url,
+            query,
+            passes,
+            threshold,
+            last,
+            next_check,
+            reached,
+            passed,
+            message,
+        } => metric_check(MetricCheckView {
+            url,
+            query,
+            passes,
+            threshold,
+            last,
+            next_check,
+            reached,
+            passed,
+            message,
+        }),
+    }
+}
+
+/// A metric check's parts, as [`TaskView::MetricCheck`] holds them.
+struct MetricCheckView {
+    url: String,
+    query: String,
+    passes: i32,
+    threshold: i32,
+    last: Option<(String, bool)>,
+    next_check: Option<i64>,
+    reached: bool,
+    passed: bool,
+    message: String,
+}
+
+fn metric_check(m: MetricCheckView) -> AnyView {
+    let live = live();
+    let state = match (m.passed, m.reached) {
+        (true, _) => view! { <span class="badge good">"Passed"</span> }.into_any(),
+        (false, true) => view! { <span class="badge wait">"Checking"</span> }.into_any(),
+        (false, false) => view! { <span class="badge idle">"Not reached yet"</span> }.into_any(),
+    };
+    let last = m.last.map(|(value, ok)| {
+        view! {
+            " last: "
+            <span class={if ok { "badge good" } else { "badge bad" }}>{value}</span>
+        }
+    });
+    let next = m.next_check.filter(|_| !m.passed).map(|n| {
+        view! { " next check " <span class="countdown">{move || countdown(n, live.now.get())}</span> }
+    });
+    view! {
+        <li class="task" data-task="MetricCheck" title=m.message>
+            <b>"Metric check"</b>
+            " — "
+            {state}
+            " "
+            <span class="passes">{format!("{}/{} passes", m.passes, m.threshold)}</span>
+            {last}
+            {next}
+            <div class="detail"><code class="query">{m.query}</code> " at " {m.url}</div>
+        </li>
+    }
+    .into_any()
+}
+
+fn timed_wait(wait: String, until: Option<i64>, elapsed: bool) -> AnyView {
+    let live = live();
+    let status = move || {
+        if elapsed {
+            until
+                .map(|u| format!("ended {}", clock(Some(u))))
+                .unwrap_or_default()
+        } else {
+            match until {
+                Some(u) => countdown(u, live.now.get()),
+                None => "starts when the stage's clusters are done".into(),
+            }
+        }
+    };
+    view! {
+        <li class="task" data-task="TimedWait">
+            <b>"Wait " {wait}</b>
+            " — "
+            <span class={if elapsed { "badge good" } else { "badge wait" }}>
+                {if elapsed { "Elapsed" } else { "Waiting" }}
+            </span>
+            " "
+            <span class="countdown">{status}</span>
+        </li>
+    }
+    .into_any()
+}
