@@ -243,28 +243,32 @@ pub enum TaskProgress {
         recorded: bool,
     },
     /// A Prometheus query that must return data several checks in a row.
-    MetricCheck {
-        /// The Prometheus base URL.
-        url: String,
-        /// The query as sent (placeholders expanded).
-        query: String,
-        /// Consecutive passing checks so far.
-        passes: i32,
-        /// Consecutive passes needed.
-        threshold: i32,
-        /// The last check's outcome, and its value or error.
-        last: Option<(MetricCheckResult, String)>,
-        /// When the last check was made.
-        last_check: Option<Timestamp>,
-        /// When the next check is due.
-        next_check: Option<Timestamp>,
-        /// When the gate was reached.
-        reached: Option<Timestamp>,
-        /// When it passed.
-        passed_at: Option<Timestamp>,
-        /// What the run says about it (its `MetricCheckPassed` condition's message).
-        message: String,
-    },
+    MetricCheck(MetricCheckProgress),
+}
+
+/// A metric gate, read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricCheckProgress {
+    /// The Prometheus base URL.
+    pub url: String,
+    /// The query as sent (placeholders expanded).
+    pub query: String,
+    /// Consecutive passing checks so far.
+    pub passes: i32,
+    /// Consecutive passes needed.
+    pub threshold: i32,
+    /// The last check's outcome, and its value or error.
+    pub last: Option<(MetricCheckResult, String)>,
+    /// When the last check was made.
+    pub last_check: Option<Timestamp>,
+    /// When the next check is due.
+    pub next_check: Option<Timestamp>,
+    /// When the gate was reached.
+    pub reached: Option<Timestamp>,
+    /// When it passed.
+    pub passed_at: Option<Timestamp>,
+    /// What the run says about it (its `MetricCheckPassed` condition's message).
+    pub message: String,
 }
 
 impl TaskProgress {
@@ -281,9 +285,7 @@ impl TaskProgress {
                 recorded,
                 ..
             } => requested_at.is_some() && *request_exists && approval.is_none() && !recorded,
-            TaskProgress::MetricCheck {
-                reached, passed_at, ..
-            } => reached.is_some() && passed_at.is_none(),
+            TaskProgress::MetricCheck(m) => m.reached.is_some() && m.passed_at.is_none(),
         }
     }
 }
@@ -527,7 +529,7 @@ fn task(
         StageTaskType::MetricCheck => {
             let spec = config.and_then(|c| c.metric_check.as_ref());
             let checks = t.metric_check.clone().unwrap_or_default();
-            TaskProgress::MetricCheck {
+            TaskProgress::MetricCheck(MetricCheckProgress {
                 url: spec.map(|m| m.url.clone()).unwrap_or_default(),
                 query: checks.query,
                 passes: checks.consecutive_passes,
@@ -540,7 +542,7 @@ fn task(
                 message: find(&t.conditions, METRIC_CHECK_PASSED)
                     .map(|c| c.message.clone())
                     .unwrap_or_default(),
-            }
+            })
         }
     }
 }

@@ -267,26 +267,30 @@ pub enum TaskView {
         pending: bool,
     },
     /// A Prometheus query that must pass several checks in a row.
-    MetricCheck {
-        /// The Prometheus base URL.
-        url: String,
-        /// The query as sent.
-        query: String,
-        /// Consecutive passes so far.
-        passes: i32,
-        /// Consecutive passes needed.
-        threshold: i32,
-        /// The last check's value (or what went wrong), and whether it passed.
-        last: Option<(String, bool)>,
-        /// When the next check is due, unix seconds.
-        next_check: Option<i64>,
-        /// Whether the gate was reached.
-        reached: bool,
-        /// Whether it passed.
-        passed: bool,
-        /// What the run says about it.
-        message: String,
-    },
+    MetricCheck(MetricCheckView),
+}
+
+/// A metric gate, as the run page shows it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct MetricCheckView {
+    /// The Prometheus base URL.
+    pub url: String,
+    /// The query as sent.
+    pub query: String,
+    /// Consecutive passes so far.
+    pub passes: i32,
+    /// Consecutive passes needed.
+    pub threshold: i32,
+    /// The last check's value (or what went wrong), and whether it passed.
+    pub last: Option<(String, bool)>,
+    /// When the next check is due, unix seconds.
+    pub next_check: Option<i64>,
+    /// Whether the gate was reached.
+    pub reached: bool,
+    /// Whether it passed.
+    pub passed: bool,
+    /// What the run says about it.
+    pub message: String,
 }
 
 /// The Approvals page: pending requests across all runs.

@@ -241,30 +241,20 @@ fn task_view(task: &TaskProgress) -> TaskView {
             accepted: *recorded,
             pending: task.waiting(),
         },
-        TaskProgress::MetricCheck {
-            url,
-            query,
-            passes,
-            threshold,
-            last,
-            next_check,
-            reached,
-            passed_at,
-            message,
-            ..
-        } => TaskView::MetricCheck {
-            url: url.clone(),
-            query: query.clone(),
-            passes: *passes,
-            threshold: *threshold,
-            last: last
+        TaskProgress::MetricCheck(m) => TaskView::MetricCheck(MetricCheckView {
+            url: m.url.clone(),
+            query: m.query.clone(),
+            passes: m.passes,
+            threshold: m.threshold,
+            last: m
+                .last
                 .as_ref()
                 .map(|(result, value)| (value.clone(), *result == MetricCheckResult::Pass)),
-            next_check: next_check.map(|t| t.as_second()),
-            reached: reached.is_some(),
-            passed: passed_at.is_some(),
-            message: message.clone(),
-        },
+            next_check: m.next_check.map(|t| t.as_second()),
+            reached: m.reached.is_some(),
+            passed: m.passed_at.is_some(),
+            message: m.message.clone(),
+        }),
     }
 }
 

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use fleethub_crds::run_progress::{
-    Approval, ClusterPhase, ClusterProgress, RunPhase, RunProgress, StagePhase, StageProgress,
-    TaskProgress,
+    Approval, ClusterPhase, ClusterProgress, MetricCheckProgress, RunPhase, RunProgress,
+    StagePhase, StageProgress, TaskProgress,
 };
 use fleethub_crds::update_run::{DELETION_STAGE, MetricCheckResult};
 use fleethub_crds::{ApprovalRequest, UpdateRun, duration};
@@ -309,17 +309,18 @@ fn task_line(task: &TaskProgress, when: &str, now: Timestamp, style: Style) -> S
                 None => format!("    {when}: Approval {name}: not reached yet"),
             }
         }
-        TaskProgress::MetricCheck {
-            url,
-            query,
-            passes,
-            threshold,
-            last,
-            next_check,
-            reached,
-            passed_at,
-            ..
-        } => {
+        TaskProgress::MetricCheck(m) => {
+            let MetricCheckProgress {
+                url,
+                query,
+                passes,
+                threshold,
+                last,
+                next_check,
+                reached,
+                passed_at,
+                ..
+            } = m;
             let head = format!("    {when}: MetricCheck {query}\n      at {url}:");
             if let Some(at) = passed_at {
                 return format!(

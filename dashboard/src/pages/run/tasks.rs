@@ -5,7 +5,7 @@
 use leptos::prelude::*;
 
 use crate::live::live;
-use crate::model::{TaskView, clock, countdown};
+use crate::model::{MetricCheckView, TaskView, clock, countdown};
 
 /// One stage task as a list item (`data-task` is its type).
 pub(super) fn task_view(t: TaskView, can_approve: bool) -> AnyView {
@@ -65,41 +65,8 @@ pub(super) fn task_view(t: TaskView, can_approve: bool) -> AnyView {
             }
             .into_any()
         }
-        TaskView::MetricCheck {
-            url,
-            query,
-            passes,
-            threshold,
-            last,
-            next_check,
-            reached,
-            passed,
-            message,
-        } => metric_check(MetricCheckView {
-            url,
-            query,
-            passes,
-            threshold,
-            last,
-            next_check,
-            reached,
-            passed,
-            message,
-        }),
+        TaskView::MetricCheck(m) => metric_check(m),
     }
-}
-
-/// A metric check's parts, as [`TaskView::MetricCheck`] holds them.
-struct MetricCheckView {
-    url: String,
-    query: String,
-    passes: i32,
-    threshold: i32,
-    last: Option<(String, bool)>,
-    next_check: Option<i64>,
-    reached: bool,
-    passed: bool,
-    message: String,
 }
 
 fn metric_check(m: MetricCheckView) -> AnyView {
