@@ -231,6 +231,12 @@ async fn follow_stop_approve_and_resume_a_run() {
 async fn kubectl_finds_the_plugin_on_path_and_gates_of_gone_runs_are_refused() {
     let fleet = Fleet::get().unwrap();
     let s = Scenario::new(fleet, "kfp").await;
+    // A run of this test's own (one that fails: it names a missing placement), so the list
+    // below has it whatever else the fleet holds.
+    let failing = format!("{}-bad", s.run);
+    s.create(json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "UpdateRun", "metadata": {"name": failing},
+        "spec": {"placementName": format!("missing-{}", s.id), "resourceSnapshotIndex": "0", "stagedRolloutStrategyName": "none"}}))
+    .await;
     // kubectl runs `kubectl-fleet` from PATH and hands it its flags.
     let bin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_kubectl-fleet"))
         .parent()
@@ -252,10 +258,10 @@ async fn kubectl_finds_the_plugin_on_path_and_gates_of_gone_runs_are_refused() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let listed = String::from_utf8_lossy(&out.stdout);
     assert!(
-        String::from_utf8_lossy(&out.stdout).starts_with("NAME"),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
+        listed.starts_with("NAME") && listed.lines().any(|l| l.starts_with(&failing)),
+        "{listed}"
     );
 
     // A gate whose run is gone: nothing waits for it, and approve says so instead of approving.
@@ -282,10 +288,6 @@ async fn kubectl_finds_the_plugin_on_path_and_gates_of_gone_runs_are_refused() {
     );
 
     // A run that fails: run shows why, and --watch exits 1 saying so.
-    let failing = format!("{}-bad", s.run);
-    s.create(json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "UpdateRun", "metadata": {"name": failing},
-        "spec": {"placementName": format!("missing-{}", s.id), "resourceSnapshotIndex": "0", "stagedRolloutStrategyName": "none"}}))
-    .await;
     let watch = plugin_spawn(fleet, &["run", &failing, "--watch"]);
     // First the hub's verdict (so a slow hub and a watcher that misses it fail differently).
     wait_for(
