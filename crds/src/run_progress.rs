@@ -17,7 +17,7 @@ use crate::strategy::{StageConfig, StageTask, StageTaskType};
 use crate::update_run::{
     APPROVAL_REQUEST_APPROVED, APPROVAL_REQUEST_CREATED, CLUSTER_STARTED, ClusterUpdatingStatus,
     INITIALIZED, METRIC_CHECK_PASSED, MetricCheckResult, PROGRESSING, SUCCEEDED, StageTaskStatus,
-    StageUpdatingStatus, UpdateRunState, WAIT_TIME_ELAPSED, reason,
+    StageUpdatingStatus, UpdateRunState, UpdateRunStatus, WAIT_TIME_ELAPSED, reason,
 };
 use crate::{ApprovalRequest, UpdateRun, approval, duration};
 
@@ -333,7 +333,8 @@ impl Approval {
 impl RunProgress {
     /// Reads `run`; `approvals` are its ApprovalRequests (others are ignored).
     pub fn new(run: &UpdateRun, approvals: &[ApprovalRequest]) -> Self {
-        let status = run.status.clone().unwrap_or_default();
+        let no_status = UpdateRunStatus::default();
+        let status = run.status.as_ref().unwrap_or(&no_status);
         let phase = RunPhase::of(run);
         let by_name: BTreeMap<String, &ApprovalRequest> =
             approvals.iter().map(|a| (a.name_any(), a)).collect();

@@ -167,12 +167,7 @@ pub fn placements(
     }
 }
 
-/// A run's overall state, as the Runs page words it.
-pub fn run_state(run: &UpdateRun) -> State {
-    let progress = RunProgress::new(run, &[]);
-    run_phase_state(progress.phase, &progress.message)
-}
-
+/// A run's overall state, as the pages word it.
 fn run_phase_state(phase: RunPhase, message: &str) -> State {
     let (label, tone) = match phase {
         RunPhase::Pending => ("Pending", Tone::Idle),
@@ -529,26 +524,26 @@ mod tests {
         let mut run = waiting_run();
         let conditions = &mut run.status.as_mut().unwrap().conditions;
         conditions[1] = cond(PROGRESSING, FALSE, reason::STOPPED, "stopped by a person");
-        assert_eq!(run_state(&run).label, "Stopped");
+        assert_eq!(run_row(&run).state.label, "Stopped");
         run.status.as_mut().unwrap().conditions = vec![cond(
             SUCCEEDED,
             FALSE,
             reason::FAILED,
             "cluster member-3 failed",
         )];
-        assert_eq!(run_state(&run).label, "Failed");
-        assert_eq!(run_state(&run).tone, Tone::Bad);
+        assert_eq!(run_row(&run).state.label, "Failed");
+        assert_eq!(run_row(&run).state.tone, Tone::Bad);
         run.status.as_mut().unwrap().conditions = vec![cond(
             INITIALIZED,
             FALSE,
             reason::WAITING_FOR_PREVIOUS_RUN,
             "waiting for UpdateRun r0",
         )];
-        assert_eq!(run_state(&run).label, "Queued");
+        assert_eq!(run_row(&run).state.label, "Queued");
         run.status = None;
-        assert_eq!(run_state(&run).label, "Pending");
+        assert_eq!(run_row(&run).state.label, "Pending");
         assert_eq!(
-            run_state(&run).message,
+            run_row(&run).state.message,
             "the hub has not picked this run up yet"
         );
     }

@@ -169,13 +169,7 @@ pub async fn wait_until<K>(
     ready: impl Fn(&[std::sync::Arc<K>]) -> bool,
 ) -> anyhow::Result<()>
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: fleethub_runtime::Watched,
 {
     let (store, writer) = reflector::store::<K>();
     let mut events = watcher(api, fleethub_runtime::watcher_config().labels(labels))

@@ -16,8 +16,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
+use kube::{Api, Client, ResourceExt};
 
 use super::content_marks::ContentMarks;
 
@@ -87,13 +86,7 @@ fn watch_kind<K>(
     marks: Arc<ContentMarks>,
 ) -> stream::BoxStream<'static, ObjectRef<Placement>>
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: fleethub_runtime::Watched,
 {
     let kind = K::kind(&()).to_string();
     // Metadata only: which object changed is all that matters here.

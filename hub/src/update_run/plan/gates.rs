@@ -84,12 +84,12 @@ impl Planner<'_, '_> {
         }
 
         let now = self.o.now;
-        let (what, when) = match side {
-            Side::Before => ("before its clusters start", "stage"),
-            Side::After => ("all clusters updated", "stage"),
+        let what = match side {
+            Side::Before => "before its clusters start",
+            Side::After => "all clusters updated",
         };
         if !failed.is_empty() {
-            let message = format!("{when} {stage_name}: {}", failed.join("; "));
+            let message = format!("stage {stage_name}: {}", failed.join("; "));
             let stage = &mut self.status.stages_status[i];
             for type_ in [PROGRESSING, SUCCEEDED] {
                 let c = NewCondition::new(
@@ -105,7 +105,7 @@ impl Planner<'_, '_> {
             return Gate::Failed(message);
         }
         if !pending.is_empty() {
-            let message = format!("{when} {stage_name}: {what}; {}", pending.join(" and "));
+            let message = format!("stage {stage_name}: {what}; {}", pending.join(" and "));
             let c = self.cond(PROGRESSING, FALSE, reason::STAGE_WAITING, message.clone());
             set_condition(&mut self.status.stages_status[i].conditions, c, now);
             self.set_run(PROGRESSING, FALSE, reason::WAITING, message.clone());
