@@ -45,9 +45,12 @@ use crate::work_status::{self, ManifestReport, StatusInput};
 use crate::{Error, cleanup, readiness};
 
 /// How soon a Work whose manifests did not all apply is tried again (over the same failure
-/// count as errors): an apply the member refuses usually needs a person, so this backs off
-/// further than an error.
-const APPLY_RETRY: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
+/// count as errors): an apply the member refuses usually needs a person, so this starts
+/// slower than an error. Capped at a minute, because a member API server that was away also
+/// fails every apply, and nothing but this timer retries once it is back: with a 5-minute cap,
+/// a change made during a member outage waited up to minutes after the member returned (CI's
+/// resilience test timed out after 120 s).
+const APPLY_RETRY: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(60));
 
 /// Everything a Work reconcile needs.
 pub struct Context {
