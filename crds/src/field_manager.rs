@@ -13,6 +13,9 @@ pub const WORK_GENERATOR: &str = "fleethub/work-generator";
 pub const MEMBERSHIP: &str = "fleethub/membership";
 /// The hub's update-run controller: UpdateRun status, the Bindings it moves, ApprovalRequests.
 pub const UPDATE_RUN: &str = "fleethub/update-run";
+/// The hub's auto-update controller: AutoUpdatePolicy status, the target container's image on
+/// the hub, the UpdateRuns (and the rollback strategy) it creates.
+pub const AUTO_UPDATE: &str = "fleethub/auto-update";
 /// The member agent: Work status and finalizer, MemberCluster status, the objects it applies on
 /// its member.
 pub const MEMBER_AGENT: &str = "fleethub/member-agent";

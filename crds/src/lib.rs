@@ -8,6 +8,7 @@
 pub mod applied_work;
 pub mod apply;
 pub mod approval;
+pub mod auto_update;
 pub mod binding;
 pub mod concurrency;
 pub mod conditions;
@@ -27,6 +28,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 pub use approval::ApprovalRequest;
+pub use auto_update::AutoUpdatePolicy;
 pub use binding::Binding;
 pub use member_cluster::MemberCluster;
 pub use placement::Placement;
@@ -51,6 +53,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         StagedUpdateStrategy::crd(),
         UpdateRun::crd(),
         ApprovalRequest::crd(),
+        AutoUpdatePolicy::crd(),
     ]
 }
 

@@ -75,7 +75,13 @@ impl RunState {
 }
 
 /// The hub's controllers, as named in metric labels.
-pub const CONTROLLERS: [&str; 4] = ["membership", "placement", "update-run", "work-generator"];
+pub const CONTROLLERS: [&str; 5] = [
+    "auto-update",
+    "membership",
+    "placement",
+    "update-run",
+    "work-generator",
+];
 /// Kinds of reconcile errors, as named in metric labels (see `Error::metric_label`).
 pub const ERROR_KINDS: [&str; 5] = ["conflict", "kube", "invalid", "timeout", "watch"];
 
@@ -84,6 +90,119 @@ pub const ERROR_KINDS: [&str; 5] = ["conflict", "kube", "invalid", "timeout", "w
 pub struct RunStateLabels {
     /// The state.
     pub state: RunState,
+}
+
+/// Labels of an auto-update check.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CheckLabels {
+    /// `ok` or `error`.
+    pub result: &'static str,
+}
+
+/// Labels naming an AutoUpdatePolicy.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabels {
+    /// The policy.
+    pub policy: String,
+}
+
+/// Labels of the auto-update version info.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VersionLabels {
+    /// The policy.
+    pub policy: String,
+    /// `status.currentVersion` (empty when unknown).
+    pub current: String,
+    /// `status.availableVersion` (empty when none).
+    pub available: String,
+}
+
+/// The auto-update controller's metrics (`fleethub_hub_autoupdate_*`).
+#[derive(Clone, Default)]
+pub struct AutoUpdateMetrics {
+    /// Registry checks, by result.
+    pub checks: Family<CheckLabels, Counter>,
+    /// Updates started (a version put on a target).
+    pub updates_started: Counter,
+    /// Rollbacks started.
+    pub rollbacks: Counter,
+    /// 1 while a policy's circuit is open.
+    pub circuit_open: Family<PolicyLabels, Gauge>,
+    /// 1 per policy, labelled with its current and available versions.
+    pub version_info: Family<VersionLabels, Gauge>,
+    /// The labels of each policy's version-info series, to drop it when the versions change.
+    version_labels: Arc<Mutex<std::collections::BTreeMap<String, VersionLabels>>>,
+}
+
+impl AutoUpdateMetrics {
+    fn register(&self, registry: &mut Registry) {
+        let sub = registry.sub_registry_with_prefix("autoupdate");
+        sub.register(
+            "checks",
+            "Registry checks of AutoUpdatePolicies, by result (ok, error)",
+            self.checks.clone(),
+        );
+        for result in ["ok", "error"] {
+            let _ = self.checks.get_or_create(&CheckLabels { result });
+        }
+        sub.register(
+            "updates_started",
+            "Versions an AutoUpdatePolicy started rolling out",
+            self.updates_started.clone(),
+        );
+        sub.register(
+            "rollbacks",
+            "Versions an AutoUpdatePolicy rolled back",
+            self.rollbacks.clone(),
+        );
+        sub.register(
+            "circuit_open",
+            "1 while an AutoUpdatePolicy's circuit breaker is open (nothing is applied)",
+            self.circuit_open.clone(),
+        );
+        sub.register(
+            "version_info",
+            "1 per AutoUpdatePolicy, labelled with its current and available versions",
+            self.version_info.clone(),
+        );
+    }
+
+    /// Counts one registry check.
+    pub fn count_check(&self, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.checks.get_or_create(&CheckLabels { result }).inc();
+    }
+
+    /// Sets a policy's gauges.
+    pub fn set_state(
+        &self,
+        policy: &str,
+        circuit_open: bool,
+        current: Option<&str>,
+        available: Option<&str>,
+    ) {
+        self.circuit_open
+            .get_or_create(&PolicyLabels {
+                policy: policy.to_string(),
+            })
+            .set(i64::from(circuit_open));
+        let labels = VersionLabels {
+            policy: policy.to_string(),
+            current: current.unwrap_or_default().to_string(),
+            available: available.unwrap_or_default().to_string(),
+        };
+        // One series per policy: drop the one with the old versions.
+        let mut known = self
+            .version_labels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(old) = known.insert(policy.to_string(), labels.clone())
+            && old != labels
+        {
+            self.version_info.remove(&old);
+        }
+        self.version_info.get_or_create(&labels).set(1);
+    }
 }
 
 /// Every metric the hub exports.
@@ -105,6 +224,8 @@ pub struct Metrics {
     pub leader: Gauge,
     /// Prometheus queries of metric gates, by result.
     pub metric_checks: Family<MetricCheckLabels, Counter>,
+    /// The auto-update controller's.
+    pub auto_update: AutoUpdateMetrics,
     live: Arc<Live>,
 }
 
@@ -215,8 +336,10 @@ impl Metrics {
             approval_wait_seconds: Histogram::new(exponential_buckets(1.0, 2.0, 18)),
             leader: Gauge::default(),
             metric_checks: Family::default(),
+            auto_update: AutoUpdateMetrics::default(),
             live: Arc::new(Live::default()),
         };
+        m.auto_update.register(registry);
         registry.register(
             "metric_checks",
             "Prometheus queries of metric gates (MetricCheck stage tasks), by result",
