@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod agent_manifests;
+mod autoupdate;
 mod cluster;
 mod error;
 mod join;
@@ -25,6 +26,8 @@ const EXAMPLES: &str = "Examples:
   kubectl fleet approvals
   kubectl fleet approve sample-rollout-canary -m 'canary metrics look good'
   kubectl fleet stop sample-rollout; kubectl fleet resume sample-rollout
+  kubectl fleet autoupdates; kubectl fleet autoupdate web
+  kubectl fleet autoupdate check web; kubectl fleet autoupdate reset web
   kubectl fleet join prod-eu-1 --member-kubeconfig prod-eu-1.kubeconfig -l environment=production \\
       --hub-server https://hub.example.com:6443 --agent-image registry.example.com/fleethub/member-agent:0.1.0
   kubectl fleet unjoin prod-eu-1 --member-kubeconfig prod-eu-1.kubeconfig";
@@ -91,6 +94,18 @@ enum Command {
         #[arg(short, long, default_value = "")]
         message: String,
     },
+    /// List AutoUpdatePolicies: target, current and available version, what is in flight,
+    /// the circuit, the next check.
+    Autoupdates,
+    /// Show an AutoUpdatePolicy (`autoupdate NAME`), or ask its controller for a registry check
+    /// now (`autoupdate check NAME`) or to close its open circuit (`autoupdate reset NAME`).
+    #[command(args_conflicts_with_subcommands = true)]
+    Autoupdate {
+        #[command(subcommand)]
+        action: Option<AutoupdateAction>,
+        /// The AutoUpdatePolicy to show.
+        name: Option<String>,
+    },
     /// Join a member cluster: create its MemberCluster on the hub, issue its agent's scoped hub
     /// credential (a ServiceAccount token), install the agent into the member and wait until it
     /// reports Joined. Running it again is safe: it reuses the credential.
@@ -99,6 +114,21 @@ enum Command {
     /// workloads from the member, wait for the member's hub namespace to go, then remove the
     /// agent from the member.
     Unjoin(UnjoinArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum AutoupdateAction {
+    /// Check the registry now instead of at the next scheduled tick.
+    Check {
+        /// The AutoUpdatePolicy.
+        name: String,
+    },
+    /// Close the circuit opened by repeated rollbacks: the newest eligible version is applied
+    /// again (versions that failed stay skipped).
+    Reset {
+        /// The AutoUpdatePolicy.
+        name: String,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -187,6 +217,31 @@ async fn execute(cli: Cli) -> Result<()> {
             ref request,
             ref message,
         } => runs::approve(&hub(None).await?, request, message).await,
+        Command::Autoupdates => autoupdate::list(&hub(None).await?).await,
+        Command::Autoupdate {
+            ref action,
+            ref name,
+        } => {
+            let (name, what) = match (action, name) {
+                (Some(AutoupdateAction::Check { name }), _) => {
+                    (name, Some(autoupdate::Request::Check))
+                }
+                (Some(AutoupdateAction::Reset { name }), _) => {
+                    (name, Some(autoupdate::Request::Reset))
+                }
+                (None, Some(name)) => (name, None),
+                (None, None) => {
+                    return Err(crate::error::Error::Invalid(
+                        "name an AutoUpdatePolicy: kubectl fleet autoupdate NAME (kubectl fleet autoupdates lists them)".into(),
+                    ));
+                }
+            };
+            let hub = hub(None).await?;
+            match what {
+                Some(what) => autoupdate::request(&hub, name, what).await,
+                None => autoupdate::show(&hub, name).await,
+            }
+        }
         Command::Join(ref a) => {
             let hub = hub(a.hub_kubeconfig.clone()).await?;
             let member = match &a.member_kubeconfig {
@@ -293,6 +348,21 @@ mod tests {
             ])
             .is_err()
         );
+    }
+
+    #[test]
+    fn autoupdate_takes_a_name_or_an_action() {
+        let show = Cli::try_parse_from(["kubectl-fleet", "autoupdate", "web"]).unwrap();
+        assert!(matches!(
+            show.command,
+            Command::Autoupdate { action: None, name: Some(ref n) } if n == "web"
+        ));
+        let reset = Cli::try_parse_from(["kubectl-fleet", "autoupdate", "reset", "web"]).unwrap();
+        assert!(matches!(
+            reset.command,
+            Command::Autoupdate { action: Some(AutoupdateAction::Reset { ref name }), .. } if name == "web"
+        ));
+        assert!(Cli::try_parse_from(["kubectl-fleet", "autoupdate", "check"]).is_err());
     }
 
     #[test]

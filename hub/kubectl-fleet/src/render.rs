@@ -77,7 +77,7 @@ fn created(obj: &impl kube::Resource) -> Option<Timestamp> {
 }
 
 /// A table of rows, columns padded to their widest cell.
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
