@@ -273,8 +273,7 @@ pub struct InFlightUpdate {
     pub image: String,
     /// The image the target had before, put back by a rollback.
     pub previous_image: String,
-    /// The placement's newest snapshot index before the image changed: what a rollback rolls
-    /// back to.
+    /// The placement's newest snapshot index before the image changed.
     pub previous_snapshot_index: i64,
     /// The version running before (to report after a rollback).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -285,6 +284,11 @@ pub struct InFlightUpdate {
     /// The UpdateRun rolling the version out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update_run: Option<String>,
+    /// The snapshot index holding the previous image again, once the placement cut it: what
+    /// the rollback run rolls out (the same objects as `previousSnapshotIndex`, and the newest
+    /// snapshot, so the placement is in step again afterwards).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_snapshot_index: Option<i64>,
     /// The UpdateRun rolling it back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback_run: Option<String>,

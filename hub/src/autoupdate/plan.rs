@@ -87,7 +87,8 @@ pub struct Observed<'a> {
     pub target: Result<TargetView, String>,
     /// The placement, or why it cannot be used.
     pub placement: Result<PlacementView, String>,
-    /// While applying: the newest snapshot index holding the new image, once cut.
+    /// While applying: the newest snapshot index, when it holds the new image; while rolling
+    /// back: when it holds the previous image.
     pub snapshot_with_image: Option<i64>,
     /// The in-flight update's run.
     pub update_run: RunOutcome,
@@ -480,6 +481,7 @@ impl Stepper<'_, '_> {
             previous_version: status.current_version.clone(),
             snapshot_index: None,
             update_run: None,
+            rollback_snapshot_index: None,
             rollback_run: None,
             start_time: Time(self.o.now),
         });
@@ -617,9 +619,40 @@ impl Stepper<'_, '_> {
                     .rollback_run
                     .clone()
                     .unwrap_or_else(|| rollback_run_name(o.name, &version));
+                let Some(index) = flight.rollback_snapshot_index else {
+                    // The previous image goes back on the hub first; the rollback rolls the
+                    // snapshot the placement cuts of it.
+                    self.actions
+                        .push(Action::SetImage(flight.previous_image.clone()));
+                    let after = flight
+                        .snapshot_index
+                        .unwrap_or(flight.previous_snapshot_index);
+                    match o.snapshot_with_image.filter(|i| *i > after) {
+                        Some(index) => {
+                            flight.rollback_snapshot_index = Some(index);
+                            flight.rollback_run = Some(name.clone());
+                            self.rollback_run_actions(index, &name);
+                            self.rolling_back(status, &flight, &name);
+                        }
+                        None => self.condition(
+                            status,
+                            (
+                                UPDATING,
+                                TRUE,
+                                reason::ROLLING_BACK,
+                                format!(
+                                    "{} is back on the target; waiting for placement {} to snapshot it",
+                                    flight.previous_image, o.spec.placement_name
+                                ),
+                            ),
+                        ),
+                    }
+                    status.in_flight = Some(flight);
+                    return;
+                };
                 match &o.rollback_run {
                     RunOutcome::Missing => {
-                        self.rollback_actions(&flight, &name);
+                        self.rollback_run_actions(index, &name);
                         self.rolling_back(status, &flight, &name);
                         status.in_flight = Some(flight);
                     }
@@ -692,8 +725,10 @@ impl Stepper<'_, '_> {
                 TRUE,
                 reason::ROLLING_BACK,
                 format!(
-                    "UpdateRun {run} rolls {} back to snapshot {} ({})",
-                    flight.version, flight.previous_snapshot_index, flight.previous_image
+                    "UpdateRun {run} rolls {} back to {} (snapshot {})",
+                    flight.version,
+                    flight.previous_image,
+                    flight.rollback_snapshot_index.unwrap_or_default()
                 ),
             ),
         );
@@ -710,7 +745,6 @@ impl Stepper<'_, '_> {
     ) {
         let o = self.o;
         let version = flight.version.clone();
-        let name = rollback_run_name(o.name, &version);
         if !status.failed_versions.contains(&version) {
             status.failed_versions.push(version.clone());
             cap(&mut status.failed_versions);
@@ -726,9 +760,20 @@ impl Stepper<'_, '_> {
             ),
         );
         flight.phase = InFlightPhase::RollingBack;
-        flight.rollback_run = Some(name.clone());
-        self.rollback_actions(&flight, &name);
-        self.rolling_back(status, &flight, &name);
+        self.actions
+            .push(Action::SetImage(flight.previous_image.clone()));
+        self.condition(
+            status,
+            (
+                UPDATING,
+                TRUE,
+                reason::ROLLING_BACK,
+                format!(
+                    "{version} failed; putting {} back on the target",
+                    flight.previous_image
+                ),
+            ),
+        );
         let max = o.spec.max_rollbacks.unwrap_or(DEFAULT_MAX_ROLLBACKS);
         self.note(
             true,
@@ -752,10 +797,8 @@ impl Stepper<'_, '_> {
         status.in_flight = Some(flight);
     }
 
-    fn rollback_actions(&mut self, flight: &InFlightUpdate, name: &str) {
+    fn rollback_run_actions(&mut self, index: i64, name: &str) {
         let o = self.o;
-        self.actions
-            .push(Action::SetImage(flight.previous_image.clone()));
         let strategy = match &o.spec.rollback_strategy_name {
             Some(s) => s.clone(),
             None => {
@@ -766,7 +809,7 @@ impl Stepper<'_, '_> {
         };
         self.actions.push(Action::EnsureRun {
             name: name.to_string(),
-            snapshot_index: flight.previous_snapshot_index,
+            snapshot_index: index,
             strategy,
         });
     }

@@ -237,18 +237,7 @@ fn a_failed_run_is_rolled_back_once_and_the_version_never_again() {
     w.update_run = RunOutcome::Failed("ClusterHealthTimeout: member-2 not available".into());
     let (actions, notes, _) = w.step();
     assert_eq!(notes, vec![reason::ROLLED_BACK]);
-    assert_eq!(
-        actions,
-        vec![
-            Action::SetImage(IMAGE.into()),
-            Action::EnsureRollbackStrategy("web-rollback".into()),
-            Action::EnsureRun {
-                name: "web-rollback-1-2-0".into(),
-                snapshot_index: 4,
-                strategy: "web-rollback".into()
-            },
-        ]
-    );
+    assert_eq!(actions, vec![Action::SetImage(IMAGE.into())]);
     assert_eq!(w.status.failed_versions, vec!["1.2.0".to_string()]);
     assert_eq!(w.status.rollback_count, 1);
     assert_eq!(w.reason(UPDATING), reason::ROLLING_BACK);
@@ -257,12 +246,31 @@ fn a_failed_run_is_rolled_back_once_and_the_version_never_again() {
         VersionOutcome::RolledBack
     );
 
-    // Replayed (a restart before the rollback run exists): the actions again, no second count.
+    // Replayed (a restart before the placement cut the snapshot): the image again, no second
+    // count. The failed version's own snapshot (5) is not the rollback's.
     let (actions, notes, _) = w.step();
-    assert_eq!(actions.len(), 3);
+    assert_eq!(actions, vec![Action::SetImage(IMAGE.into())]);
     assert!(notes.is_empty());
     assert_eq!(w.status.rollback_count, 1);
     assert_eq!(w.status.history.len(), 1);
+
+    // The previous image's new snapshot: the rollback run rolls it.
+    w.snapshot_with_image = Some(6);
+    let expected = vec![
+        Action::SetImage(IMAGE.into()),
+        Action::EnsureRollbackStrategy("web-rollback".into()),
+        Action::EnsureRun {
+            name: "web-rollback-1-2-0".into(),
+            snapshot_index: 6,
+            strategy: "web-rollback".into(),
+        },
+    ];
+    assert_eq!(w.step().0, expected);
+    let flight = w.status.in_flight.clone().unwrap();
+    assert_eq!(flight.rollback_snapshot_index, Some(6));
+    // A restart before the run was created: it is created again, the image left alone.
+    assert_eq!(w.step().0, expected[1..].to_vec());
+    assert_eq!(w.status.rollback_count, 1);
 
     w.rollback_run = RunOutcome::Running;
     assert!(w.step().0.is_empty());
@@ -285,6 +293,8 @@ fn max_rollbacks_open_the_circuit_and_a_reset_closes_it() {
         rolling_out(&mut w, version);
         w.update_run = RunOutcome::Failed("bad".into());
         w.rollback_run = RunOutcome::Missing;
+        w.step();
+        w.snapshot_with_image = Some(6);
         w.step();
         w.rollback_run = RunOutcome::Succeeded;
         w.step();
@@ -325,6 +335,8 @@ fn a_failed_rollback_opens_the_circuit() {
     w.step();
     rolling_out(&mut w, "1.2.0");
     w.update_run = RunOutcome::Failed("bad".into());
+    w.step();
+    w.snapshot_with_image = Some(6);
     w.step();
     w.rollback_run = RunOutcome::Failed("also bad".into());
     let (_, notes, _) = w.step();
@@ -412,6 +424,8 @@ fn history_and_failed_versions_are_capped() {
     for minor in 1..=60 {
         rolling_out(&mut w, &format!("1.{minor}.0"));
         w.update_run = RunOutcome::Failed("bad".into());
+        w.step();
+        w.snapshot_with_image = Some(6);
         w.step();
         w.rollback_run = RunOutcome::Succeeded;
         w.step();
