@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 pub use fleethub_runtime::clock;
+pub mod autoupdate;
 mod error;
 pub mod leader;
 pub mod membership;
