@@ -17,7 +17,6 @@
 //!   whole listing the client's timeout ([`DEFAULT_TIMEOUT`] unless set).
 
 use std::collections::HashSet;
-use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
@@ -26,6 +25,7 @@ use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 
+pub use super::credentials::Credentials;
 use super::image::ImageRef;
 
 /// Tags asked for per request.
@@ -39,34 +39,6 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest a whole listing (every page, tokens included) may take by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How to authenticate to a registry (from the policy's Secret: `username` and `password`, or
-/// `token`).
-#[derive(Clone, PartialEq, Eq, Default)]
-pub enum Credentials {
-    /// No credentials; a bearer-token challenge is answered with an anonymous token.
-    #[default]
-    Anonymous,
-    /// A user name and password (or a personal access token as the password).
-    Basic {
-        /// The user name.
-        username: String,
-        /// The password.
-        password: String,
-    },
-    /// A bearer token sent as it is.
-    Bearer(String),
-}
-
-impl fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Credentials::Anonymous => f.write_str("Anonymous"),
-            Credentials::Basic { username, .. } => write!(f, "Basic({username}, <redacted>)"),
-            Credentials::Bearer(_) => f.write_str("Bearer(<redacted>)"),
-        }
-    }
-}
 
 impl From<&Credentials> for RegistryAuth {
     fn from(c: &Credentials) -> Self {
@@ -468,19 +440,6 @@ mod tests {
         ] {
             assert_eq!(client.is_plain_http(registry), plain, "{registry}");
         }
-    }
-
-    #[test]
-    fn credentials_do_not_show_secrets_when_printed() {
-        let basic = Credentials::Basic {
-            username: "robot".into(),
-            password: "s3cret".into(),
-        };
-        assert_eq!(format!("{basic:?}"), "Basic(robot, <redacted>)");
-        assert_eq!(
-            format!("{:?}", Credentials::Bearer("t0ken".into())),
-            "Bearer(<redacted>)"
-        );
     }
 
     #[tokio::test]
