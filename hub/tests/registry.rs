@@ -1,5 +1,5 @@
 //! The auto-update tag lister against the local fleet's real OCI registry: every tag of a
-//! repository with more than a page of them, a clear error for a repository the registry does
+//! repository with more than a page of them (none once they are deleted), a clear error for a repository the registry does
 //! not know and for a registry that is down (which then comes back); and against a second real
 //! registry process that challenges for bearer tokens: the token is fetched from the realm,
 //! anonymously or with the credentials, and a refusal is a clear error.
@@ -38,6 +38,13 @@ async fn every_tag_is_listed_past_a_page_of_them() {
         listed.into_iter().collect::<BTreeSet<_>>(),
         pushed.into_iter().collect::<BTreeSet<_>>()
     );
+
+    // A repository whose manifests were all deleted lists no tags (the registry says `null`).
+    fleet.delete_repository(repo.name()).unwrap();
+    let listed = list_tags(&repo.reference(), &Credentials::Anonymous)
+        .await
+        .unwrap();
+    assert_eq!(listed, Vec::<String>::new());
 }
 
 #[tokio::test]

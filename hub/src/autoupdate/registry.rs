@@ -174,9 +174,9 @@ impl RegistryClient {
             Some((host, port)) if !port.contains(']') => host,
             _ => registry,
         };
-        matches!(host, "localhost" | "[::1]")
-            || host.starts_with("127.") && host.split('.').count() == 4
-            || self.insecure.iter().any(|r| r == registry)
+        let loopback = matches!(host, "localhost" | "[::1]")
+            || (host.starts_with("127.") && host.split('.').count() == 4);
+        loopback || self.insecure.iter().any(|r| r == registry)
     }
 
     /// Every tag of `repository` (`host[:port]/path`, or a Docker Hub name such as `nginx`),
@@ -192,7 +192,10 @@ impl RegistryClient {
         };
         let image = ImageRef::parse(repository).map_err(invalid)?;
         if image.tag.is_some() || image.digest.is_some() {
-            return Err(invalid("a repository has no tag or digest".into()));
+            return Err(invalid(
+                "it names a tag or digest; a repository is an image without them, e.g. 127.0.0.1:17300/web"
+                    .into(),
+            ));
         }
         let qualified = image.qualified_repository();
         let reference: Reference = format!("{qualified}:latest")
@@ -238,7 +241,8 @@ impl RegistryClient {
 }
 
 /// reqwest's rustls (without a built-in provider, like kube's) uses the process's default
-/// crypto provider: ring, which kube uses too.
+/// crypto provider: ring, which kube uses too. Without one, building a client panics (also
+/// for plain HTTP: every test that lists tags shows this is in place).
 fn ensure_crypto_provider() {
     static INSTALLED: std::sync::Once = std::sync::Once::new();
     INSTALLED.call_once(|| {
@@ -445,7 +449,7 @@ mod tests {
     #[tokio::test]
     async fn a_repository_with_a_tag_or_an_invalid_name_is_refused_before_any_request() {
         for (repository, want) in [
-            ("127.0.0.1:1/web:1.0", "no tag or digest"),
+            ("127.0.0.1:1/web:1.0", "names a tag or digest"),
             ("127.0.0.1:1/Web", "lowercase"),
             ("", "empty"),
         ] {
