@@ -483,7 +483,7 @@ async fn check(
         (None, Some(t)) => ImageRef::parse(&t.image)?.repository,
         (None, None) => return Err("the target's image cannot be read".into()),
     };
-    let credentials = credentials(ctx, policy).await?;
+    let credentials = credentials(ctx, policy, &repository).await?;
     let tags = ctx
         .registry
         .list_tags(&repository, &credentials)
@@ -502,8 +502,13 @@ async fn check(
     .map(|c| c.tag))
 }
 
-/// The registry credentials named by `spec.secretRef` (in the hub's namespace).
-async fn credentials(ctx: &Context, policy: &AutoUpdatePolicy) -> Result<Credentials, String> {
+/// The registry credentials named by `spec.secretRef` (in the hub's namespace) for the
+/// registry of `repository`.
+async fn credentials(
+    ctx: &Context,
+    policy: &AutoUpdatePolicy,
+    repository: &str,
+) -> Result<Credentials, String> {
     let Some(secret_ref) = &policy.spec.secret_ref else {
         return Ok(Credentials::Anonymous);
     };
@@ -513,18 +518,9 @@ async fn credentials(ctx: &Context, policy: &AutoUpdatePolicy) -> Result<Credent
         .await
         .map_err(|e| format!("reading Secret {HUB_NAMESPACE}/{name} (spec.secretRef): {e}"))?
         .ok_or_else(|| format!("Secret {HUB_NAMESPACE}/{name} (spec.secretRef) does not exist"))?;
-    let data = secret.data.unwrap_or_default();
-    let field = |k: &str| {
-        data.get(k)
-            .map(|v| String::from_utf8_lossy(&v.0).trim().to_string())
-    };
-    match (field("token"), field("username"), field("password")) {
-        (Some(token), _, _) => Ok(Credentials::Bearer(token)),
-        (None, Some(username), Some(password)) => Ok(Credentials::Basic { username, password }),
-        _ => Err(format!(
-            "Secret {HUB_NAMESPACE}/{name} (spec.secretRef) has neither `token` nor `username` and `password`"
-        )),
-    }
+    let registry = ImageRef::parse(repository)?.registry().to_string();
+    Credentials::from_secret_data(&secret.data.unwrap_or_default(), &registry)
+        .map_err(|e| format!("Secret {HUB_NAMESPACE}/{name} (spec.secretRef): {e}"))
 }
 
 /// Carries out one action of the plan (each is idempotent).

@@ -37,10 +37,8 @@ impl ImageRef {
             Some((name, digest)) => (name, Some(digest)),
             None => (image, None),
         };
-        if let Some(digest) = digest {
-            if let Err(why) = check_digest(digest) {
-                return bad(&why);
-            }
+        if let Some(Err(why)) = digest.map(check_digest) {
+            return bad(&why);
         }
         // A tag follows the last ':' after the last '/' (a ':' before it is a registry's port).
         let last_slash = name.rfind('/').map_or(0, |i| i + 1);
@@ -48,10 +46,8 @@ impl ImageRef {
             Some(i) => (&name[..last_slash + i], Some(&name[last_slash + i + 1..])),
             None => (name, None),
         };
-        if let Some(tag) = tag {
-            if let Err(why) = check_tag(tag) {
-                return bad(&why);
-            }
+        if let Some(Err(why)) = tag.map(check_tag) {
+            return bad(&why);
         }
         let image_ref = ImageRef {
             repository: repository.to_string(),
@@ -188,7 +184,15 @@ mod tests {
         let pinned = format!("nginx@{SHA}");
         let tagged_pinned = format!("ghcr.io/acme/web:1.2.0@{SHA}");
         // image, repository, tag, digest, registry, path
-        let cases: &[(&str, &str, Option<&str>, Option<&str>, &str, &str)] = &[
+        type Case<'a> = (
+            &'a str,
+            &'a str,
+            Option<&'a str>,
+            Option<&'a str>,
+            &'a str,
+            &'a str,
+        );
+        let cases: &[Case] = &[
             ("nginx", "nginx", None, None, "docker.io", "library/nginx"),
             (
                 "nginx:1.25",

@@ -17,7 +17,6 @@
 //!   whole listing the client's timeout ([`DEFAULT_TIMEOUT`] unless set).
 
 use std::collections::HashSet;
-use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
@@ -26,6 +25,7 @@ use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 
+pub use super::credentials::Credentials;
 use super::image::ImageRef;
 
 /// Tags asked for per request.
@@ -39,34 +39,6 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest a whole listing (every page, tokens included) may take by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How to authenticate to a registry (from the policy's Secret: `username` and `password`, or
-/// `token`).
-#[derive(Clone, PartialEq, Eq, Default)]
-pub enum Credentials {
-    /// No credentials; a bearer-token challenge is answered with an anonymous token.
-    #[default]
-    Anonymous,
-    /// A user name and password (or a personal access token as the password).
-    Basic {
-        /// The user name.
-        username: String,
-        /// The password.
-        password: String,
-    },
-    /// A bearer token sent as it is.
-    Bearer(String),
-}
-
-impl fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Credentials::Anonymous => f.write_str("Anonymous"),
-            Credentials::Basic { username, .. } => write!(f, "Basic({username}, <redacted>)"),
-            Credentials::Bearer(_) => f.write_str("Bearer(<redacted>)"),
-        }
-    }
-}
 
 impl From<&Credentials> for RegistryAuth {
     fn from(c: &Credentials) -> Self {
@@ -202,9 +174,9 @@ impl RegistryClient {
             Some((host, port)) if !port.contains(']') => host,
             _ => registry,
         };
-        matches!(host, "localhost" | "[::1]")
-            || host.starts_with("127.") && host.split('.').count() == 4
-            || self.insecure.iter().any(|r| r == registry)
+        let loopback = matches!(host, "localhost" | "[::1]")
+            || (host.starts_with("127.") && host.split('.').count() == 4);
+        loopback || self.insecure.iter().any(|r| r == registry)
     }
 
     /// Every tag of `repository` (`host[:port]/path`, or a Docker Hub name such as `nginx`),
@@ -220,7 +192,10 @@ impl RegistryClient {
         };
         let image = ImageRef::parse(repository).map_err(invalid)?;
         if image.tag.is_some() || image.digest.is_some() {
-            return Err(invalid("a repository has no tag or digest".into()));
+            return Err(invalid(
+                "it names a tag or digest; a repository is an image without them, e.g. 127.0.0.1:17300/web"
+                    .into(),
+            ));
         }
         let qualified = image.qualified_repository();
         let reference: Reference = format!("{qualified}:latest")
@@ -266,7 +241,8 @@ impl RegistryClient {
 }
 
 /// reqwest's rustls (without a built-in provider, like kube's) uses the process's default
-/// crypto provider: ring, which kube uses too.
+/// crypto provider: ring, which kube uses too. Without one, building a client panics (also
+/// for plain HTTP: every test that lists tags shows this is in place).
 fn ensure_crypto_provider() {
     static INSTALLED: std::sync::Once = std::sync::Once::new();
     INSTALLED.call_once(|| {
@@ -470,23 +446,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn credentials_do_not_show_secrets_when_printed() {
-        let basic = Credentials::Basic {
-            username: "robot".into(),
-            password: "s3cret".into(),
-        };
-        assert_eq!(format!("{basic:?}"), "Basic(robot, <redacted>)");
-        assert_eq!(
-            format!("{:?}", Credentials::Bearer("t0ken".into())),
-            "Bearer(<redacted>)"
-        );
-    }
-
     #[tokio::test]
     async fn a_repository_with_a_tag_or_an_invalid_name_is_refused_before_any_request() {
         for (repository, want) in [
-            ("127.0.0.1:1/web:1.0", "no tag or digest"),
+            ("127.0.0.1:1/web:1.0", "names a tag or digest"),
             ("127.0.0.1:1/Web", "lowercase"),
             ("", "empty"),
         ] {

@@ -74,7 +74,8 @@ mod tests {
     fn the_highest_allowed_newer_unfailed_version_is_chosen() {
         let all = "latest sha-1a2b3c 0.9.0 1.0.0 1.1.0 1.2.0 1.10.0 2.0.0 1.2 01.3.0 1.11.0-rc.1";
         // tags, constraint, current, failed, chosen tag
-        let cases: &[(&str, &str, Option<&str>, &str, Option<&str>)] = &[
+        type Case<'a> = (&'a str, &'a str, Option<&'a str>, &'a str, Option<&'a str>);
+        let cases: &[Case] = &[
             // Numeric, not lexical, order; 2.0.0 is outside the constraint.
             (all, ">=1.0.0, <2", None, "", Some("1.10.0")),
             (all, ">=1.0.0, <2", Some("1.1.0"), "", Some("1.10.0")),

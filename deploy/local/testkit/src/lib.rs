@@ -7,6 +7,10 @@
 //! with a watchdog that takes it down when the process exits, so no process is left behind.
 //! `deploy/local/fleet test` brings one fleet up for the whole suite instead.
 //!
+//! The fleet's real Prometheus and test exporter ([`TestGauge`]) and its real OCI registry
+//! ([`Fleet::registry_repo`], [`Fleet::simulate_unready`] for an image whose pods never get
+//! Ready) are reached through the kit as well.
+//!
 //! A test runs on a fleet someone else may be using (the README's demo runs on the same one), so
 //! it records what it creates in a [`Cleanup`] guard, which deletes it all when dropped, also
 //! when the test fails or panics.
