@@ -17,6 +17,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
+pub mod auto_update;
 pub mod real;
 
 pub const TIMEOUT: Duration = Duration::from_secs(120);
