@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use fleethub_crds::conditions::{FALSE, NewCondition, TRUE, find, is_true, set_condition};
+use fleethub_crds::metric_check::{self, Settings, Step};
 use fleethub_crds::strategy::{MetricCheck, StageTask, StageTaskType};
 use fleethub_crds::update_run::{
     APPROVAL_REQUEST_APPROVED, APPROVAL_REQUEST_CREATED, METRIC_CHECK_PASSED, MetricCheckResult,
@@ -15,7 +16,6 @@ use fleethub_crds::{duration, names};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::metric::{self, Settings, Step};
 use super::{Action, MetricKey, MetricQuery, Planner, Side};
 
 /// What a gate (or all of a stage's gates on one side) came to.
@@ -250,7 +250,7 @@ impl Planner<'_, '_> {
         status.start_time.get_or_insert(Time(now));
         let query = status.query.clone();
         let outcome = self.o.metric_results.get(&key);
-        let step = metric::step(&settings, status, now, outcome);
+        let step = metric_check::step(&settings, status, now, outcome);
         let passes = format!(
             "{}/{}",
             status.consecutive_passes, settings.success_threshold
