@@ -90,6 +90,9 @@ pub mod reason {
     pub const METRIC_CHECK_SUCCEEDED: &str = "MetricCheckSucceeded";
     /// MetricCheckPassed=False, and the run's Succeeded=False: not passed within its timeout.
     pub const METRIC_CHECK_TIMED_OUT: &str = "MetricCheckTimedOut";
+    /// MetricCheckPassed=False, and the run's Succeeded=False: the task's metricCheck in the
+    /// run's strategy snapshot cannot be read (its message names the field).
+    pub const METRIC_CHECK_INVALID: &str = "MetricCheckInvalid";
     /// Initialized=False: a MetricCheck's query does not parse as PromQL.
     pub const INVALID_METRIC_QUERY: &str = "InvalidMetricQuery";
 
