@@ -15,6 +15,7 @@ pub mod conditions;
 pub mod duration;
 pub mod field_manager;
 pub mod member_cluster;
+pub mod metric_check;
 pub mod names;
 pub mod placement;
 pub mod resource_snapshot;

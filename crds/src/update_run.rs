@@ -7,6 +7,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::metric_check::{MetricCheckResult, MetricCheckStatus};
 use crate::strategy::{StageTaskType, StagedUpdateStrategySpec};
 
 /// Condition type: the run froze its strategy and cluster plan into status.
@@ -89,6 +90,9 @@ pub mod reason {
     pub const METRIC_CHECK_SUCCEEDED: &str = "MetricCheckSucceeded";
     /// MetricCheckPassed=False, and the run's Succeeded=False: not passed within its timeout.
     pub const METRIC_CHECK_TIMED_OUT: &str = "MetricCheckTimedOut";
+    /// MetricCheckPassed=False, and the run's Succeeded=False: the task's metricCheck in the
+    /// run's strategy snapshot cannot be read (its message names the field).
+    pub const METRIC_CHECK_INVALID: &str = "MetricCheckInvalid";
     /// Initialized=False: a MetricCheck's query does not parse as PromQL.
     pub const INVALID_METRIC_QUERY: &str = "InvalidMetricQuery";
 
@@ -298,41 +302,4 @@ pub struct StageTaskStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
-}
-
-/// The checks of a MetricCheck task.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct MetricCheckStatus {
-    /// The query as sent: `$clusters`, `$stage` and `$run` expanded.
-    pub query: String,
-    /// When the gate was reached; initialDelay and timeout count from here.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start_time: Option<Time>,
-    /// Consecutive passing checks, up to successThreshold.
-    #[serde(default)]
-    pub consecutive_passes: i32,
-    /// `Pass` (data), `NoData` or `Error` (Prometheus unreachable or the query refused).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_result: Option<MetricCheckResult>,
-    /// The first sample's value of the last passing check, or what went wrong.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_value: Option<String>,
-    /// When the last check was made.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_check_time: Option<Time>,
-    /// When the next check is due.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_check_time: Option<Time>,
-}
-
-/// The outcome of one metric check.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MetricCheckResult {
-    /// The query returned data.
-    Pass,
-    /// The query returned no data.
-    NoData,
-    /// Prometheus could not be reached or refused the query.
-    Error,
 }

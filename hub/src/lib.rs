@@ -8,7 +8,6 @@ pub mod leader;
 pub mod membership;
 pub mod metrics;
 pub mod placement;
-pub mod prometheus;
 pub mod update_run;
 pub mod work_generator;
 

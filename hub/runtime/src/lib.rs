@@ -8,6 +8,7 @@ pub mod kubeconfig;
 pub mod logging;
 pub mod probe;
 pub mod process;
+pub mod prometheus;
 pub mod retry;
 pub mod shutdown;
 

@@ -37,8 +37,8 @@ use crate::Error;
 use crate::clock::Clock;
 use crate::error::{EXISTS, GONE, ok_if};
 use crate::metrics::{Metrics, RunState, RunStateLabels};
-use crate::prometheus::Prometheus;
 use fleethub_runtime::CACHE_WAIT;
+use fleethub_runtime::prometheus::Prometheus;
 use fleethub_runtime::retry::{ERROR_BACKOFF, FailureBackoff};
 
 /// Events waiting to be published; beyond this, new ones are dropped (and logged): the run's

@@ -165,6 +165,43 @@ fn a_metric_gate_past_its_timeout_fails_the_run() {
 }
 
 #[test]
+fn a_metric_check_that_cannot_be_read_fails_the_run_with_its_own_reason() {
+    let mut w = World::new();
+    w.strategy = gated();
+    w.strategy.stages[1].before_stage_tasks.clear();
+    settle(&mut w);
+    // Valid at initialization; the frozen snapshot is edited afterwards (by hand, say).
+    let mut status = w.run.status.clone().unwrap();
+    status
+        .staged_update_strategy_snapshot
+        .as_mut()
+        .unwrap()
+        .stages[1]
+        .after_stage_tasks[0]
+        .metric_check
+        .as_mut()
+        .unwrap()
+        .interval = Some("soon".into());
+    w.run.status = Some(status);
+    w.now = t(60);
+    let p = settle(&mut w);
+    let (status, why, message) = run_condition(&p, SUCCEEDED);
+    assert_eq!(
+        (status.as_str(), why.as_str()),
+        ("False", reason::METRIC_CHECK_INVALID)
+    );
+    assert!(message.contains("metricCheck.interval"), "{message}");
+    let task = metric_task(&w);
+    let c = find(&task.conditions, METRIC_CHECK_PASSED).unwrap();
+    assert_eq!(c.reason, reason::METRIC_CHECK_INVALID);
+    assert!(
+        p.events
+            .iter()
+            .any(|e| e.warning && e.reason == reason::METRIC_CHECK_INVALID)
+    );
+}
+
+#[test]
 fn promql_that_does_not_parse_is_refused_at_initialization_naming_stage_and_task() {
     let mut w = World::new();
     w.strategy = gated();

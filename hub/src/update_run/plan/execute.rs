@@ -61,7 +61,7 @@ impl Planner<'_, '_> {
                         }
                         return;
                     }
-                    Gate::Failed(message) => return self.gate_failed(message),
+                    Gate::Failed(why, message) => return self.gate_failed(why, message),
                 }
             }
             if !self.track_clusters(i, health_timeout) {
@@ -113,28 +113,19 @@ impl Planner<'_, '_> {
                     }
                     return;
                 }
-                Gate::Failed(message) => return self.gate_failed(message),
+                Gate::Failed(why, message) => return self.gate_failed(why, message),
             }
         }
         self.deletion_stage(stopped);
     }
 
-    /// A gate can never pass (a metric check past its timeout): the run fails, for good.
-    fn gate_failed(&mut self, message: String) {
-        self.set_run(
-            PROGRESSING,
-            FALSE,
-            reason::METRIC_CHECK_TIMED_OUT,
-            message.clone(),
-        );
-        self.set_run(
-            SUCCEEDED,
-            FALSE,
-            reason::METRIC_CHECK_TIMED_OUT,
-            message.clone(),
-        );
+    /// A gate can never pass (e.g. a metric check past its timeout): the run fails, for good,
+    /// with the failing task's own reason.
+    fn gate_failed(&mut self, why: &'static str, message: String) {
+        self.set_run(PROGRESSING, FALSE, why, message.clone());
+        self.set_run(SUCCEEDED, FALSE, why, message.clone());
         self.status.end_time = Some(Time(self.o.now));
-        self.event(true, reason::METRIC_CHECK_TIMED_OUT, message);
+        self.event(true, why, message);
     }
 
     /// Marks the stage started, judges its started clusters; false when one has failed.

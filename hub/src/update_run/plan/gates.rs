@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use fleethub_crds::conditions::{FALSE, NewCondition, TRUE, find, is_true, set_condition};
+use fleethub_crds::metric_check::{self, Settings, Step};
 use fleethub_crds::strategy::{MetricCheck, StageTask, StageTaskType};
 use fleethub_crds::update_run::{
     APPROVAL_REQUEST_APPROVED, APPROVAL_REQUEST_CREATED, METRIC_CHECK_PASSED, MetricCheckResult,
@@ -15,7 +16,6 @@ use fleethub_crds::{duration, names};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::metric::{self, Settings, Step};
 use super::{Action, MetricKey, MetricQuery, Planner, Side};
 
 /// What a gate (or all of a stage's gates on one side) came to.
@@ -24,8 +24,9 @@ pub(super) enum Gate {
     Passed,
     /// Not yet: what it waits for.
     Waiting(String),
-    /// Never will: why (the run fails).
-    Failed(String),
+    /// Never will (the run fails): the reason of the run's conditions, which names the task type
+    /// and what went wrong, and why.
+    Failed(&'static str, String),
 }
 
 impl Planner<'_, '_> {
@@ -78,7 +79,7 @@ impl Planner<'_, '_> {
             match gate {
                 Gate::Passed => {}
                 Gate::Waiting(w) => pending.push(w),
-                Gate::Failed(f) => failed.push(f),
+                Gate::Failed(why, f) => failed.push((why, f)),
             }
             self.tasks_mut(i, side)[t] = task;
         }
@@ -88,8 +89,9 @@ impl Planner<'_, '_> {
             Side::Before => "before its clusters start",
             Side::After => "all clusters updated",
         };
-        if !failed.is_empty() {
-            let message = format!("stage {stage_name}: {}", failed.join("; "));
+        if let Some(&(why, _)) = failed.first() {
+            let what: Vec<&str> = failed.iter().map(|(_, f)| f.as_str()).collect();
+            let message = format!("stage {stage_name}: {}", what.join("; "));
             let stage = &mut self.status.stages_status[i];
             for type_ in [PROGRESSING, SUCCEEDED] {
                 let c = NewCondition::new(
@@ -102,7 +104,7 @@ impl Planner<'_, '_> {
                 set_condition(&mut stage.conditions, c, now);
             }
             stage.end_time = Some(Time(now));
-            return Gate::Failed(message);
+            return Gate::Failed(why, message);
         }
         if !pending.is_empty() {
             let message = format!("stage {stage_name}: {what}; {}", pending.join(" and "));
@@ -244,13 +246,23 @@ impl Planner<'_, '_> {
         };
         let settings = match Settings::of(spec) {
             Ok(s) => s,
-            Err(e) => return Gate::Failed(e),
+            Err(e) => {
+                // Checked at initialization, so only a strategy snapshot edited since can get here.
+                let c = self.cond(
+                    METRIC_CHECK_PASSED,
+                    FALSE,
+                    reason::METRIC_CHECK_INVALID,
+                    e.clone(),
+                );
+                set_condition(&mut task.conditions, c, now);
+                return Gate::Failed(reason::METRIC_CHECK_INVALID, e);
+            }
         };
         let status = task.metric_check.get_or_insert_with(Default::default);
         status.start_time.get_or_insert(Time(now));
         let query = status.query.clone();
         let outcome = self.o.metric_results.get(&key);
-        let step = metric::step(&settings, status, now, outcome);
+        let step = metric_check::step(&settings, status, now, outcome);
         let passes = format!(
             "{}/{}",
             status.consecutive_passes, settings.success_threshold
@@ -294,7 +306,7 @@ impl Planner<'_, '_> {
                     "metric check did not pass within {} ({passes} passes; {last}): {query}",
                     spec.timeout.as_deref().unwrap_or("its timeout")
                 );
-                let gate = Gate::Failed(message.clone());
+                let gate = Gate::Failed(reason::METRIC_CHECK_TIMED_OUT, message.clone());
                 (FALSE, reason::METRIC_CHECK_TIMED_OUT, message, gate)
             }
         };

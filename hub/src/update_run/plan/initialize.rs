@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use fleethub_crds::binding::BindingState;
 use fleethub_crds::concurrency::MaxConcurrency;
 use fleethub_crds::conditions::TRUE;
+use fleethub_crds::metric_check::Settings;
 use fleethub_crds::placement::RolloutStrategyType;
 use fleethub_crds::strategy::{StageConfig, StageTask, StageTaskType, StagedUpdateStrategySpec};
 use fleethub_crds::update_run::{
@@ -328,9 +329,10 @@ fn validate_task(stage: &StageConfig, side: Side, task: &StageTask) -> Result<()
                     "metricCheck is missing".into(),
                 ));
             };
-            metric::Settings::of(check).map_err(|e| refuse(reason::INVALID_STRATEGY, e))?;
+            Settings::of(check).map_err(|e| refuse(reason::INVALID_STRATEGY, e))?;
             // Cluster names are DNS labels: any stands for them when checking the syntax.
-            let query = metric::expand(&check.query, &["cluster".into()], &stage.name, "run");
+            let query =
+                metric::expand_for_run(&check.query, &["cluster".into()], &stage.name, "run");
             promql_parser::parser::parse(&query).map_err(|e| {
                 refuse(
                     reason::INVALID_METRIC_QUERY,
@@ -360,7 +362,7 @@ fn task_status(
         (StageTaskType::TimedWait | StageTaskType::MetricCheck, _) => None,
     };
     let metric_check = task.metric_check.as_ref().map(|m| MetricCheckStatus {
-        query: metric::expand(&m.query, clusters, &stage.name, run),
+        query: metric::expand_for_run(&m.query, clusters, &stage.name, run),
         ..Default::default()
     });
     StageTaskStatus {

@@ -23,10 +23,10 @@ mod deletion;
 mod execute;
 mod gates;
 mod initialize;
-pub mod metric;
+mod metric;
 mod siblings;
 
-pub use metric::QueryOutcome;
+pub use fleethub_crds::metric_check::QueryOutcome;
 pub use siblings::SiblingRun;
 
 /// Whether a stage task gates the stage before its clusters start or after they are done.

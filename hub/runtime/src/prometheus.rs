@@ -1,5 +1,5 @@
-//! The metric gates' Prometheus client: one instant query (`GET /api/v1/query`), read with
-//! alerting semantics. It never fails: an unreachable server, a refused query or an answer that
+//! The metric gates' Prometheus client, for the hub and the member agent: one instant query
+//! (`GET /api/v1/query`), read with alerting semantics. It never fails: an unreachable server, a refused query or an answer that
 //! does not read becomes [`QueryOutcome::Error`] with a message naming the URL, so a gate waits
 //! and says why instead of passing.
 
@@ -13,7 +13,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
 
-use crate::update_run::plan::QueryOutcome;
+use fleethub_crds::metric_check::QueryOutcome;
 
 /// How long one query may take.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
