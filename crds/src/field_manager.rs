@@ -19,6 +19,9 @@ pub const AUTO_UPDATE: &str = "fleethub/auto-update";
 /// The member agent: Work status and finalizer, MemberCluster status, the objects it applies on
 /// its member.
 pub const MEMBER_AGENT: &str = "fleethub/member-agent";
+/// The member agent's phased rollouts: the partition of the StatefulSets they roll, and their
+/// status.
+pub const PHASED_ROLLOUT: &str = "fleethub/phased-rollout";
 /// The dashboard's actions (approve, stop, resume), made with the caller's own identity.
 pub const DASHBOARD: &str = "fleethub/dashboard";
 /// The `kubectl fleet` plugin.

@@ -17,6 +17,7 @@ pub mod field_manager;
 pub mod member_cluster;
 pub mod metric_check;
 pub mod names;
+pub mod phased_rollout;
 pub mod placement;
 pub mod resource_snapshot;
 pub mod run_progress;
@@ -32,6 +33,7 @@ pub use approval::ApprovalRequest;
 pub use auto_update::AutoUpdatePolicy;
 pub use binding::Binding;
 pub use member_cluster::MemberCluster;
+pub use phased_rollout::PhasedRollout;
 pub use placement::Placement;
 pub use resource_snapshot::ResourceSnapshot;
 pub use strategy::StagedUpdateStrategy;
@@ -55,11 +57,12 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         UpdateRun::crd(),
         ApprovalRequest::crd(),
         AutoUpdatePolicy::crd(),
+        PhasedRollout::crd(),
     ]
 }
 
 /// The CustomResourceDefinitions a member cluster needs (installed there by the member agent),
 /// in a stable order. Not part of [`all_crds`], which is what the hub installs.
 pub fn member_crds() -> Vec<CustomResourceDefinition> {
-    vec![applied_work::AppliedWork::crd()]
+    vec![applied_work::AppliedWork::crd(), PhasedRollout::crd()]
 }

@@ -6,7 +6,9 @@
 //!   replicas all equal `spec.replicas` (default 1); and no old replicas remain
 //!   (`status.replicas == spec.replicas`);
 //! - StatefulSet: current generation observed, `currentRevision == updateRevision`, every replica
-//!   ready;
+//!   ready and available (ready for `minReadySeconds`);
+//! - PhasedRollout: its `RolledOut` condition is True for its current generation (until then
+//!   its message says how many pods rolled and where the check is);
 //! - DaemonSet: current generation observed; updated and available pods equal the desired count;
 //! - Job: condition `Complete=True`.
 //!
@@ -45,6 +47,7 @@ pub fn readiness(object: &Value) -> Readiness {
         ("apps", "StatefulSet") => stateful_set,
         ("apps", "DaemonSet") => daemon_set,
         ("batch", "Job") => job,
+        (fleethub_crds::GROUP, "PhasedRollout") => phased_rollout,
         _ => return Readiness::Ready,
     };
     let label = format!("{} {}", kind.to_lowercase(), display_name(object));
@@ -119,8 +122,46 @@ fn stateful_set(s: &Value) -> Option<String> {
             count("updatedReplicas")
         ));
     }
-    (count("readyReplicas") != desired)
-        .then(|| format!("{}/{desired} replicas ready", count("readyReplicas")))
+    if count("readyReplicas") != desired {
+        return Some(format!(
+            "{}/{desired} replicas ready",
+            count("readyReplicas")
+        ));
+    }
+    // Available: ready for minReadySeconds (the same as ready when it is 0).
+    (count("availableReplicas") != desired).then(|| {
+        format!(
+            "{}/{desired} replicas available (ready for minReadySeconds {})",
+            count("availableReplicas"),
+            int(&s["spec"]["minReadySeconds"]).unwrap_or(0)
+        )
+    })
+}
+
+/// A PhasedRollout is available once its StatefulSet runs the update revision on every pod;
+/// until then it says how far the rollout is (pods rolled, the check before the next pod).
+fn phased_rollout(p: &Value) -> Option<String> {
+    let status = &p["status"];
+    let rolled_out = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == fleethub_crds::phased_rollout::ROLLED_OUT);
+    match rolled_out {
+        Some(c)
+            if c["status"] == conditions::TRUE
+                && c["observedGeneration"] == p["metadata"]["generation"] =>
+        {
+            None
+        }
+        Some(c) => Some(format!(
+            "{}/{} pods rolled: {}",
+            int(&status["rolledReplicas"]).unwrap_or(0),
+            int(&status["replicas"]).unwrap_or(0),
+            c["message"].as_str().unwrap_or("rolling")
+        )),
+        None => Some("the member agent has not looked at it yet".into()),
+    }
 }
 
 fn daemon_set(d: &Value) -> Option<String> {
@@ -351,9 +392,22 @@ mod tests {
             (
                 "ready",
                 sts(
-                    json!({"observedGeneration": 4, "currentRevision": "db-2", "updateRevision": "db-2", "readyReplicas": 3}),
+                    json!({"observedGeneration": 4, "currentRevision": "db-2", "updateRevision": "db-2", "readyReplicas": 3, "availableReplicas": 3}),
                 ),
                 Readiness::Ready,
+            ),
+            (
+                "ready, not yet for minReadySeconds",
+                {
+                    let mut s = sts(
+                        json!({"observedGeneration": 4, "currentRevision": "db-2", "updateRevision": "db-2", "readyReplicas": 3, "availableReplicas": 1}),
+                    );
+                    s["spec"]["minReadySeconds"] = json!(30);
+                    s
+                },
+                not_ready(
+                    "statefulset app/db: 1/3 replicas available (ready for minReadySeconds 30)",
+                ),
             ),
             (
                 "stale generation",
@@ -383,6 +437,36 @@ mod tests {
         for (what, object, want) in cases {
             assert_eq!(readiness(&object), want, "{what}");
         }
+    }
+
+    #[test]
+    fn phased_rollouts_are_available_once_rolled_out() {
+        let pr = |status: Value| {
+            json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "PhasedRollout",
+                   "metadata": {"name": "db", "namespace": "app", "generation": 2},
+                   "status": status})
+        };
+        let rolled_out = |status: &str, generation: i64, message: &str| {
+            json!({"rolledReplicas": 2, "replicas": 5, "conditions": [{"type": "RolledOut",
+                   "status": status, "observedGeneration": generation, "message": message}]})
+        };
+        assert_eq!(
+            readiness(&pr(rolled_out("True", 2, "all 5 pods run revision db-2"))),
+            Readiness::Ready
+        );
+        assert_eq!(
+            readiness(&pr(rolled_out(
+                "False",
+                2,
+                "2/5 rolled; before pod 2: check 1/3"
+            ))),
+            not_ready("phasedrollout app/db: 2/5 pods rolled: 2/5 rolled; before pod 2: check 1/3")
+        );
+        assert!(matches!(
+            readiness(&pr(rolled_out("True", 1, "old"))),
+            Readiness::NotReady(_)
+        ));
+        assert!(matches!(readiness(&pr(json!({}))), Readiness::NotReady(_)));
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod kind_resolver;
 pub mod manifest;
 pub mod member_crds;
 pub mod metrics;
+pub mod phased;
 pub mod quantity;
 pub mod work_applier;
 pub mod work_status;
@@ -156,6 +157,11 @@ impl Agent {
                         readiness::WORKS_SYNCED,
                         Err("the Work watcher has not listed the Works yet".into()),
                     );
+                    let phased = tokio::spawn(phased::run(
+                        member.clone(),
+                        clock.clone(),
+                        shutdown.clone(),
+                    ));
                     let ctx = Arc::new(work_applier::Context::new(
                         hub,
                         member,
@@ -165,6 +171,7 @@ impl Agent {
                         config.resync_period,
                     ));
                     work_applier::run(ctx, health, shutdown.clone()).await;
+                    let _ = phased.await;
                 }
             }
         }

@@ -130,7 +130,13 @@ pub async fn run(ctx: Arc<Context>, health: Health, shutdown: CancellationToken)
     let workloads = fleethub_runtime::watcher_config().labels(PLACEMENT_LABEL);
     let ns = ctx.namespace.clone();
     let mapper = move |meta: &ObjectMeta| work_of(meta, &ns);
-    let (m1, m2, m3, m4) = (mapper.clone(), mapper.clone(), mapper.clone(), mapper);
+    let (m1, m2, m3, m4, m5) = (
+        mapper.clone(),
+        mapper.clone(),
+        mapper.clone(),
+        mapper.clone(),
+        mapper,
+    );
     let member = &ctx.member;
     let controller = fleethub_runtime::controller_for(works)
         .watches(
@@ -148,9 +154,17 @@ pub async fn run(ctx: Arc<Context>, health: Health, shutdown: CancellationToken)
             workloads.clone(),
             move |o| m3(&o.metadata),
         )
-        .watches(Api::<Job>::all(member.clone()), workloads, move |o| {
-            m4(&o.metadata)
-        })
+        .watches(
+            Api::<Job>::all(member.clone()),
+            workloads.clone(),
+            move |o| m4(&o.metadata),
+        )
+        // A phased rollout's progress decides its Work's availability.
+        .watches(
+            Api::<fleethub_crds::PhasedRollout>::all(member.clone()),
+            workloads,
+            move |o| m5(&o.metadata),
+        )
         .watches(
             Api::<AppliedWork>::all(member.clone()),
             fleethub_runtime::watcher_config()
