@@ -157,8 +157,9 @@ pub struct AutoUpdatePolicySpec {
     /// Stops checking and updating; a rollout or rollback in flight still finishes.
     #[serde(default)]
     pub suspend: bool,
-    /// A Secret in the hub's `fleethub-system` namespace with registry credentials: `username`
-    /// and `password`, or `token` (a bearer token). Default: anonymous.
+    /// A Secret in the hub's own namespace (`fleethub-system` unless the hub runs elsewhere)
+    /// with registry credentials: `token` (a bearer token), or `username` and `password`, or a
+    /// `.dockerconfigjson` entry for the registry. Default: anonymous.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretReference>,
 }

@@ -82,7 +82,8 @@ pub struct PhasedRolloutSpec {
     /// The Prometheus check between pods: after `initialDelay` from when the last rolled pod is
     /// available, every `interval`, `successThreshold` consecutive checks must return data.
     /// `$statefulset` and `$namespace` in the query are expanded. An unreachable Prometheus or
-    /// an empty result holds the rollout. `timeout` is not used (a held rollout waits).
+    /// an empty result holds the rollout. `timeout` is not used (a held rollout waits). Its
+    /// `secretRef` names a Secret in the rollout's own namespace on the member.
     pub check: MetricCheck,
     /// Hands the StatefulSet back to its own rolling update: the agent gives up the partition
     /// (it is removed, so every pod rolls at once as usual).

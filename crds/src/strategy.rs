@@ -170,6 +170,26 @@ pub struct MetricCheck {
     )]
     #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("timeout must be longer than 0s"))]
     pub timeout: Option<String>,
+    /// Credentials for a Prometheus that wants them: a Secret in the hub's own namespace
+    /// (`fleethub-system` unless the hub runs elsewhere; its `--namespace`), since a run has no
+    /// namespace of its own. The hub reads it (get, nothing else) at every check, so a rotated
+    /// credential is used from the next check on. A Secret that is missing, unreadable, or has
+    /// neither key set fails that check with a message naming the Secret: the gate waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<MetricCheckSecretRef>,
+}
+
+/// The Secret holding a metric check's Prometheus credentials: key `token` (sent as
+/// `Authorization: Bearer <token>`), or keys `username` and `password` (basic auth).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricCheckSecretRef {
+    /// The Secret's name, in the hub's namespace.
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub name: String,
 }
 
 /// Observed state of a strategy (reserved; strategies are plain configuration).

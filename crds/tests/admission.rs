@@ -137,7 +137,8 @@ async fn gates_before_a_stage_and_metric_checks_are_accepted_and_round_trip() {
                  {"type": "MetricCheck", "metricCheck": {
                      "url": "https://prometheus.monitoring:9090",
                      "query": "sum(rate(http_errors_total{cluster=~\"$clusters\"}[5m])) < 0.01",
-                     "initialDelay": "30s", "interval": "15s", "successThreshold": 3, "timeout": "10m"}},
+                     "initialDelay": "30s", "interval": "15s", "successThreshold": 3, "timeout": "10m",
+                     "secretRef": {"name": "prometheus-credentials"}}},
                  {"type": "Approval"},
                  {"type": "TimedWait", "waitTime": "1m"}]}
         ]},
@@ -261,6 +262,18 @@ fn invalid_cases() -> Vec<(&'static str, &'static str, String, Value, Vec<&'stat
             ),
             vec![
                 "spec.stages[0].afterStageTasks[0].metricCheck.url",
+                "should match",
+            ],
+        ),
+        (
+            "metricCheck secretRef naming no possible Secret",
+            "StagedUpdateStrategy",
+            n(),
+            stage(
+                json!({"afterStageTasks": [{"type": "MetricCheck", "metricCheck": {"url": "http://p:9090", "query": "up", "secretRef": {"name": "Prometheus_Credentials"}}}]}),
+            ),
+            vec![
+                "spec.stages[0].afterStageTasks[0].metricCheck.secretRef.name",
                 "should match",
             ],
         ),
@@ -689,6 +702,11 @@ async fn kubectl_explains_fields_and_prints_columns() {
         "stagedupdatestrategies.spec.stages.afterStageTasks.waitTime",
     ]);
     assert!(explained.contains("how long to wait"), "{explained}");
+    let explained = kubectl(&[
+        "explain",
+        "stagedupdatestrategies.spec.stages.afterStageTasks.metricCheck.secretRef",
+    ]);
+    assert!(explained.contains("hub's own"), "{explained}");
     let explained = kubectl(&["explain", "updateruns.spec.resourceSnapshotIndex"]);
     assert!(explained.contains("Immutable"), "{explained}");
 

@@ -16,6 +16,7 @@ use fleethub_hub::{autoupdate, membership, placement, update_run, work_generator
 use fleethub_runtime::logging;
 use fleethub_runtime::process::{ProcessArgs, register_build_info};
 use fleethub_runtime::{Health, kubeconfig, probe};
+use kube::Api;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
@@ -54,6 +55,10 @@ struct Args {
     /// A member is marked Healthy=False once its agent missed this many heartbeat periods.
     #[arg(long, env = "FLEETHUB_HEARTBEAT_STALE_MULTIPLE", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
     heartbeat_stale_multiple: u32,
+    /// The hub's own namespace (in a cluster, its Pod's): metric checks' Secrets
+    /// (`metricCheck.secretRef`) are read from here.
+    #[arg(long, env = "FLEETHUB_NAMESPACE", default_value = "fleethub-system")]
+    namespace: String,
     #[command(flatten)]
     leader_election: LeaderElectionArgs,
     #[command(flatten)]
@@ -103,6 +108,7 @@ async fn main() -> anyhow::Result<()> {
                 client.clone(),
                 clock.clone(),
                 args.heartbeat_stale_multiple,
+                &args.namespace,
                 metrics.clone(),
                 stop,
             )
@@ -136,6 +142,7 @@ async fn run_controllers(
     client: kube::Client,
     clock: Arc<dyn Clock>,
     heartbeat_stale_multiple: u32,
+    namespace: &str,
     metrics: Metrics,
     stop: CancellationToken,
 ) {
@@ -158,12 +165,14 @@ async fn run_controllers(
         )),
         tokio::spawn(update_run::controller::run(
             client.clone(),
+            Api::namespaced(client.clone(), namespace),
             clock.clone(),
             metrics.clone(),
             stop.clone(),
         )),
         tokio::spawn(autoupdate::controller::run(
             client.clone(),
+            namespace.to_string(),
             clock.clone(),
             metrics.clone(),
             stop.clone(),

@@ -2,8 +2,8 @@
 //! of the kustomize base are applied, a hub process runs with a token of the manifest's
 //! ServiceAccount (not as admin), and it leads, provisions members (including the agent RBAC,
 //! which the API server lets it grant only because it holds those rights itself), snapshots a
-//! namespace, and takes a staged run through a soak and an approval to success, without a
-//! single Forbidden in its log. The fleet's own hub is stopped meanwhile (it would do the work)
+//! namespace, and takes a staged run through a soak, a metric check with credentials from a
+//! Secret in its namespace, and an approval to success, without a single Forbidden in its log. The fleet's own hub is stopped meanwhile (it would do the work)
 //! and started again afterwards, also when the test fails.
 
 mod common;
@@ -206,11 +206,16 @@ async fn the_hub_works_with_the_rbac_of_its_manifests() {
     }
 
     // A namespace snapshot (the hub lists every kind in it), bindings, a two-stage run with a
-    // soak and an approval.
+    // soak, a metric check with credentials from a Secret, and an approval.
     s.placement(&[&stg, &prod], false).await;
+    let secret = format!("prometheus-{}", s.id);
+    s.hub_secret(&secret, &[("token", "not-checked-by-the-fleet-prometheus")])
+        .await;
     s.strategy(json!([
         {"name": "staging", "labelSelector": {"matchLabels": {"env": s.env("staging")}},
-         "afterStageTasks": [{"type": "TimedWait", "waitTime": "1s"}]},
+         "afterStageTasks": [{"type": "TimedWait", "waitTime": "1s"},
+            {"type": "MetricCheck", "metricCheck": {"url": fleet.prometheus_url().unwrap(),
+             "query": "vector(1)", "interval": "1s", "secretRef": {"name": secret}}}]},
         {"name": "production", "labelSelector": {"matchLabels": {"env": s.env("production")}},
          "afterStageTasks": [{"type": "Approval"}]}]))
         .await;

@@ -274,3 +274,32 @@ export async function screenshot(page, file) {
   console.log(`screenshot: ${path}`);
   return path;
 }
+
+/** The running fleet's settings (fleet.env), e.g. FLEET_PROMETHEUS, FLEET_TEST_EXPORTER. */
+export function fleetEnv() {
+  const text = readFileSync(join(FLEET_DIR, 'fleet.env'), 'utf8');
+  return Object.fromEntries(
+    text
+      .split('\n')
+      .filter((l) => l.includes('='))
+      .map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]),
+  );
+}
+
+/**
+ * A gauge series `name{labels}` on the fleet's test exporter, which the fleet's Prometheus
+ * scrapes every second: set(value) changes it, remove() deletes it (call it from an `after`
+ * hook). Use a label with a unique value so tests never share a series.
+ */
+export function testGauge(name, labels) {
+  const query = new URLSearchParams(labels).toString();
+  const url = `${fleetEnv().FLEET_TEST_EXPORTER}/gauges/${name}?${query}`;
+  const send = async (method, body) => {
+    const res = await fetch(url, { method, body });
+    if (res.status !== 200) throw new Error(`test exporter ${method} ${url}: HTTP ${res.status} ${await res.text()}`);
+  };
+  return {
+    set: (value) => send('PUT', String(value)),
+    remove: () => send('DELETE'),
+  };
+}

@@ -9,6 +9,7 @@
 
 mod dashboard;
 mod fleet_objects;
+mod metric_gates;
 mod process;
 mod report;
 mod scenarios;
@@ -51,6 +52,11 @@ struct Args {
     /// Approval samples to take (two per gated run).
     #[arg(long, default_value_t = 20)]
     approvals: usize,
+    /// Concurrent UpdateRuns, each of one member followed by a metric gate on the fleet's
+    /// Prometheus (0: skip): the queries per second the hub sends, its CPU and memory, and how
+    /// long after their cluster the gates pass.
+    #[arg(long, default_value_t = 0)]
+    metric_gate_runs: usize,
     /// Members of the run during which the hub is killed and restarted (0: skip).
     #[arg(long, default_value_t = 100)]
     restart_members: usize,
@@ -230,6 +236,10 @@ impl Bench {
                 .concurrent_runs(self.args.runs, self.args.clusters_per_run)
                 .await;
             self.settle("concurrent runs", outcome, &mut failed).await?;
+        }
+        if self.args.metric_gate_runs > 0 {
+            let outcome = self.metric_gates(self.args.metric_gate_runs).await;
+            self.settle("metric gates", outcome, &mut failed).await?;
         }
         match failed.is_empty() {
             true => Ok(()),

@@ -125,6 +125,16 @@ impl Timeline {
         .flatten()
     }
 
+    /// When the hub marked `cluster` of `run` done.
+    pub fn cluster_done_at(&self, run: &str, cluster: &str) -> Option<Instant> {
+        self.read(|i| {
+            i.cluster_done
+                .get(&(run.to_string(), cluster.to_string()))
+                .copied()
+        })
+        .flatten()
+    }
+
     /// How many clusters of `run` the hub marked done.
     pub fn done_count(&self, run: &str) -> usize {
         self.read(|i| i.cluster_done.keys().filter(|(r, _)| r == run).count())

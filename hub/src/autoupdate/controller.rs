@@ -43,8 +43,6 @@ use crate::error::{EXISTS, ok_if};
 use crate::metrics::Metrics;
 use fleethub_runtime::retry::{ERROR_BACKOFF, FailureBackoff};
 
-/// The hub's namespace: registry credentials (`spec.secretRef`) are read from here.
-pub const HUB_NAMESPACE: &str = "fleethub-system";
 /// The stage of the default rollback strategy.
 const ROLLBACK_STAGE: &str = "all-clusters";
 
@@ -56,12 +54,15 @@ pub struct Context {
     recorder: Recorder,
     registry: RegistryClient,
     runs: Store<UpdateRun>,
+    /// The hub's own namespace: registry credentials (`spec.secretRef`) are read from here.
+    hub_namespace: String,
     errors: FailureBackoff<ObjectRef<AutoUpdatePolicy>>,
 }
 
 /// Runs the controller until `shutdown`.
 pub async fn run(
     client: Client,
+    hub_namespace: String,
     clock: Arc<dyn Clock>,
     metrics: Metrics,
     shutdown: CancellationToken,
@@ -80,6 +81,7 @@ pub async fn run(
         clock,
         registry,
         runs,
+        hub_namespace,
         errors: FailureBackoff::new(ERROR_BACKOFF),
     });
     let for_placement = move |p: Placement| -> Vec<ObjectRef<AutoUpdatePolicy>> {
@@ -513,14 +515,15 @@ async fn credentials(
         return Ok(Credentials::Anonymous);
     };
     let name = &secret_ref.name;
-    let secret = Api::<Secret>::namespaced(ctx.client.clone(), HUB_NAMESPACE)
+    let ns = &ctx.hub_namespace;
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), ns)
         .get_opt(name)
         .await
-        .map_err(|e| format!("reading Secret {HUB_NAMESPACE}/{name} (spec.secretRef): {e}"))?
-        .ok_or_else(|| format!("Secret {HUB_NAMESPACE}/{name} (spec.secretRef) does not exist"))?;
+        .map_err(|e| format!("reading Secret {ns}/{name} (spec.secretRef): {e}"))?
+        .ok_or_else(|| format!("Secret {ns}/{name} (spec.secretRef) does not exist"))?;
     let registry = ImageRef::parse(repository)?.registry().to_string();
     Credentials::from_secret_data(&secret.data.unwrap_or_default(), &registry)
-        .map_err(|e| format!("Secret {HUB_NAMESPACE}/{name} (spec.secretRef): {e}"))
+        .map_err(|e| format!("Secret {ns}/{name} (spec.secretRef): {e}"))
 }
 
 /// Carries out one action of the plan (each is idempotent).

@@ -20,7 +20,7 @@ use fleethub_crds::{
     UpdateRun, Work, names,
 };
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
@@ -38,7 +38,7 @@ use crate::clock::Clock;
 use crate::error::{EXISTS, GONE, ok_if};
 use crate::metrics::{Metrics, RunState, RunStateLabels};
 use fleethub_runtime::CACHE_WAIT;
-use fleethub_runtime::prometheus::Prometheus;
+use fleethub_runtime::prometheus::{Auth, Prometheus};
 use fleethub_runtime::retry::{ERROR_BACKOFF, FailureBackoff};
 
 /// Events waiting to be published; beyond this, new ones are dropped (and logged): the run's
@@ -62,6 +62,9 @@ pub struct Context {
     members: Store<MemberCluster>,
     /// Asks the metric gates' queries.
     prometheus: Prometheus,
+    /// The hub's namespace's Secrets: the metric gates' credentials (`metricCheck.secretRef`),
+    /// read one by one (get only) when a check is made.
+    secrets: Api<Secret>,
     /// Consecutive failed reconciles per run: retries back off from 1 s to 30 s.
     errors: FailureBackoff<ObjectRef<UpdateRun>>,
     /// The resourceVersion of this process' last status write of each run. When the cache of
@@ -131,6 +134,7 @@ impl Context {
 /// Runs the controller until `shutdown`.
 pub async fn run(
     client: Client,
+    secrets: Api<Secret>,
     clock: Arc<dyn Clock>,
     metrics: Metrics,
     shutdown: CancellationToken,
@@ -203,6 +207,7 @@ pub async fn run(
         approvals,
         members,
         prometheus,
+        secrets,
         errors: FailureBackoff::new(ERROR_BACKOFF),
         written: Default::default(),
     });
@@ -420,7 +425,13 @@ fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookups) -> Obser
 /// Makes the metric checks' queries, together.
 async fn query(ctx: &Context, queries: &[MetricQuery]) -> BTreeMap<MetricKey, QueryOutcome> {
     let asks = queries.iter().map(|q| async move {
-        let outcome = ctx.prometheus.query(&q.url, &q.query).await;
+        let outcome = match &q.secret {
+            None => ctx.prometheus.query(&q.url, &q.query).await,
+            Some(name) => match credentials(&ctx.secrets, name).await {
+                Ok(auth) => ctx.prometheus.query_with(&q.url, &q.query, Some(&auth)).await,
+                Err(e) => QueryOutcome::Error(e),
+            },
+        };
         let result = match &outcome {
             QueryOutcome::Data(_) => "pass",
             QueryOutcome::NoData => "no-data",
@@ -433,6 +444,23 @@ async fn query(ctx: &Context, queries: &[MetricQuery]) -> BTreeMap<MetricKey, Qu
         (q.key.clone(), outcome)
     });
     futures::future::join_all(asks).await.into_iter().collect()
+}
+
+/// A metric check's credentials from Secret `name`; the error names the Secret (never a
+/// value), and fails the check instead of passing it.
+async fn credentials(secrets: &Api<Secret>, name: &str) -> Result<Auth, String> {
+    let ns = secrets.namespace().unwrap_or_default();
+    match secrets.get_opt(name).await {
+        Ok(Some(secret)) => {
+            Auth::from_secret(&secret).map_err(|e| format!("Secret {ns}/{name} {e}"))
+        }
+        Ok(None) => Err(format!(
+            "Secret {ns}/{name} (metricCheck.secretRef) not found"
+        )),
+        Err(e) => Err(format!(
+            "cannot read Secret {ns}/{name} (metricCheck.secretRef): {e}"
+        )),
+    }
 }
 
 /// Performs the plan's writes in order; clusters a plan starts together are bound together.

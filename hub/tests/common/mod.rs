@@ -10,7 +10,7 @@ use fleethub_crds::conditions::find;
 use fleethub_crds::{ApprovalRequest, Binding, ResourceSnapshot, UpdateRun, Work, names};
 use fleethub_testkit::{Cleanup, Fleet, unique_name, wait_for};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -21,6 +21,8 @@ pub mod auto_update;
 pub mod real;
 
 pub const TIMEOUT: Duration = Duration::from_secs(120);
+/// The hub's own namespace on the local fleet (its Lease, metric checks' Secrets).
+pub const HUB_NAMESPACE: &str = "fleethub-system";
 
 /// One test's objects, all named after a unique id; dropping it deletes every object it created.
 pub struct Scenario {
@@ -193,6 +195,30 @@ impl Scenario {
             )
             .await
             .unwrap();
+    }
+
+    /// Creates Secret `name` in the hub's own namespace (where metric checks' credentials live)
+    /// with `data`; deleted with the scenario.
+    pub async fn hub_secret(&self, name: &str, data: &[(&str, &str)]) {
+        let secrets: Api<Secret> = Api::namespaced(self.hub.clone(), HUB_NAMESPACE);
+        self.cleanup
+            .track::<Secret>("hub", Some(HUB_NAMESPACE), name);
+        let secret = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.to_string()),
+                ..Default::default()
+            },
+            string_data: Some(
+                data.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        };
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap_or_else(|e| panic!("writing Secret {name}: {e}"));
     }
 
     pub async fn strategy(&self, stages: Value) {

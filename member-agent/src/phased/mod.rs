@@ -14,9 +14,11 @@ use std::time::Duration;
 use fleethub_crds::PhasedRollout;
 use fleethub_crds::apply::StatusApply;
 use fleethub_crds::field_manager::PHASED_ROLLOUT as FIELD_MANAGER;
-use fleethub_runtime::prometheus::Prometheus;
+use fleethub_crds::metric_check::QueryOutcome;
+use fleethub_runtime::prometheus::{Auth, Prometheus};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -87,6 +89,27 @@ fn error_policy(rollout: Arc<PhasedRollout>, error: &Error, _: Arc<Context>) -> 
     Action::requeue(Duration::from_secs(5))
 }
 
+/// The Prometheus credentials `spec.check.secretRef` names, in the rollout's own namespace on
+/// the member; an error names the Secret (the check then fails and the rollout holds).
+async fn credentials(
+    ctx: &Context,
+    rollout: &PhasedRollout,
+    ns: &str,
+) -> Result<Option<Auth>, String> {
+    let Some(secret_ref) = &rollout.spec.check.secret_ref else {
+        return Ok(None);
+    };
+    let name = &secret_ref.name;
+    let secret = Api::<Secret>::namespaced(ctx.member.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(|e| format!("reading Secret {ns}/{name} (spec.check.secretRef): {e}"))?
+        .ok_or_else(|| format!("Secret {ns}/{name} (spec.check.secretRef) does not exist"))?;
+    Auth::from_secret(&secret)
+        .map(Some)
+        .map_err(|e| format!("Secret {ns}/{name} {e}"))
+}
+
 fn view(sts: &StatefulSet) -> StatefulSetView {
     let spec = sts.spec.clone().unwrap_or_default();
     let status = sts.status.clone().unwrap_or_default();
@@ -136,7 +159,14 @@ async fn reconcile(cached: Arc<PhasedRollout>, ctx: Arc<Context>) -> Result<Acti
     let mut decided = plan::plan(&observed);
     let outcome;
     if let Plan::Query(query) = &decided {
-        outcome = ctx.prometheus.query(&rollout.spec.check.url, query).await;
+        outcome = match credentials(&ctx, &rollout, &ns).await {
+            Ok(auth) => {
+                ctx.prometheus
+                    .query_with(&rollout.spec.check.url, query, auth.as_ref())
+                    .await
+            }
+            Err(why) => QueryOutcome::Error(why),
+        };
         observed.outcome = Some(&outcome);
         decided = plan::plan(&observed);
     }

@@ -285,6 +285,7 @@ impl Planner<'_, '_> {
                     key,
                     url: spec.url.clone(),
                     query,
+                    secret: spec.secret_ref.as_ref().map(|r| r.name.clone()),
                 });
                 let message = format!("checking the query ({passes} passes)");
                 let gate = Gate::Waiting(format!("waits for metric check ({passes} passes)"));

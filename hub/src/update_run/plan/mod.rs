@@ -56,6 +56,8 @@ pub struct MetricQuery {
     pub url: String,
     /// The query, placeholders expanded.
     pub query: String,
+    /// The Secret (in the hub's namespace) with the credentials to send, if any.
+    pub secret: Option<String>,
 }
 
 /// A Binding as the planner needs it.
