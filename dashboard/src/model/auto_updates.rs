@@ -23,8 +23,8 @@ pub struct PolicyRow {
     pub placement: String,
     /// The StagedUpdateStrategy new versions roll out with.
     pub strategy: String,
-    /// The repository it watches (or that it follows the image's own).
-    pub repository: String,
+    /// The repository it watches; `None`: the target image's own.
+    pub repository: Option<String>,
     /// The semver requirement versions must satisfy.
     pub constraint: String,
     /// The cron schedule, with its time zone when one is set.

@@ -73,8 +73,11 @@ fn policy_card(p: PolicyRow, me: Option<Me>) -> impl IntoView {
                 <dd>{format!("{}, strategy {}", p.placement, p.strategy)}</dd>
                 <dt>"Follows"</dt>
                 <dd>
-                    <code>{p.repository.clone()}</code> " " <code>{p.constraint.clone()}</code>
-                    " on " <code>{p.schedule.clone()}</code>
+                    {match p.repository.clone() {
+                        Some(r) => view! { <code>{r}</code> }.into_any(),
+                        None => view! { "the image's own repository" }.into_any(),
+                    }} ", versions " <code>{p.constraint.clone()}</code> ", checked on "
+                    <code>{p.schedule.clone()}</code>
                 </dd>
                 <dt>"Current version"</dt>
                 <dd data-field="current">{version(p.current_version.clone())}</dd>

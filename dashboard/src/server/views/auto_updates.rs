@@ -41,10 +41,7 @@ pub fn policy_row(p: &AutoUpdatePolicy) -> PolicyRow {
         ),
         placement: spec.placement_name.clone(),
         strategy: spec.staged_rollout_strategy_name.clone(),
-        repository: spec
-            .repository
-            .clone()
-            .unwrap_or_else(|| "the image's own repository".into()),
+        repository: spec.repository.clone(),
         constraint: spec.version_constraint.clone(),
         schedule: match &spec.time_zone {
             Some(zone) => format!("{} ({zone})", spec.schedule),
@@ -214,7 +211,7 @@ mod tests {
         let row = policy_row(&p);
         assert_eq!(row.target, "StatefulSet shop/db, container main");
         assert_eq!(row.schedule, "*/10 * * * * * (Europe/Berlin)");
-        assert_eq!(row.repository, "the image's own repository");
+        assert_eq!(row.repository, None);
         assert_eq!(row.current_version.as_deref(), Some("1.1.0"));
         assert_eq!(row.available_version.as_deref(), Some("1.5.0"));
         assert_eq!(row.next_check, Some(row.last_check.unwrap() + 10));
