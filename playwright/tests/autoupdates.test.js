@@ -125,7 +125,7 @@ test('an open circuit is shown with its available version; a viewer sees no Rese
   // the circuit, and both open pages show it (the viewer's without any navigation).
   const reset = `section[data-policy="${name}"] form[action="/autoupdates/${name}/reset"] button`;
   await Promise.all([admin.waitForURL((u) => u.pathname === '/autoupdates'), admin.click(reset)]);
-  const asked = getJson('autoupdatepolicy', name);
+  const asked = JSON.parse(kubectl(['get', 'autoupdatepolicy', name, '-o', 'json', '--show-managed-fields']));
   const value = asked.metadata.annotations?.[RESET_ANNOTATION];
   assert.ok(value, 'no reset request on the policy');
   const writer = asked.metadata.managedFields.find((f) =>
