@@ -124,7 +124,8 @@ test('an open circuit is shown with its available version; a viewer sees no Rese
   // The admin resets: the request is recorded as the admin's dashboard write, the hub closes
   // the circuit, and both open pages show it (the viewer's without any navigation).
   const reset = `section[data-policy="${name}"] form[action="/autoupdates/${name}/reset"] button`;
-  await Promise.all([admin.waitForURL((u) => u.pathname === '/autoupdates'), admin.click(reset)]);
+  // The page is /autoupdates already: the redirect is told apart by the policy's anchor.
+  await Promise.all([admin.waitForURL((u) => u.pathname === '/autoupdates' && u.hash === `#policy-${name}`), admin.click(reset)]);
   const asked = JSON.parse(kubectl(['get', 'autoupdatepolicy', name, '-o', 'json', '--show-managed-fields']));
   const value = asked.metadata.annotations?.[RESET_ANNOTATION];
   assert.ok(value, 'no reset request on the policy');
