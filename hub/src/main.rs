@@ -12,7 +12,7 @@ use clap::Parser;
 use fleethub_hub::clock::{Clock, SystemClock};
 use fleethub_hub::leader::{LeaderElectionArgs, LeaderElector};
 use fleethub_hub::metrics::Metrics;
-use fleethub_hub::{membership, placement, update_run, work_generator};
+use fleethub_hub::{autoupdate, membership, placement, update_run, work_generator};
 use fleethub_runtime::logging;
 use fleethub_runtime::process::{ProcessArgs, register_build_info};
 use fleethub_runtime::{Health, kubeconfig, probe};
@@ -41,6 +41,7 @@ const KINDS: &[&str] = &[
     "StagedUpdateStrategy",
     "UpdateRun",
     "ApprovalRequest",
+    "AutoUpdatePolicy",
 ];
 
 /// The fleethub hub controller manager.
@@ -156,6 +157,12 @@ async fn run_controllers(
             stop.clone(),
         )),
         tokio::spawn(update_run::controller::run(
+            client.clone(),
+            clock.clone(),
+            metrics.clone(),
+            stop.clone(),
+        )),
+        tokio::spawn(autoupdate::controller::run(
             client.clone(),
             clock.clone(),
             metrics.clone(),

@@ -16,6 +16,9 @@ use fleethub_crds::conditions::{FALSE, NewCondition, TRUE, set_condition};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::image::ImageRef;
+use super::versions::parse_tag;
+
 /// How often an update in flight is looked at even without a watch event.
 pub const IN_FLIGHT_RECHECK: Duration = Duration::from_secs(5);
 /// The longest an idle policy sleeps (a changed schedule is seen at least this often).
@@ -178,18 +181,18 @@ fn dns_version(version: &str) -> String {
 
 /// Whether `version` is eligible now: greater than the current version and never failed.
 fn eligible(version: &str, status: &AutoUpdatePolicyStatus) -> bool {
-    let Ok(v) = semver::Version::parse(version) else {
+    let Some(v) = parse_tag(version) else {
         return false;
     };
-    let newer = match status
-        .current_version
-        .as_deref()
-        .map(semver::Version::parse)
-    {
-        Some(Ok(current)) => v > current,
-        _ => true,
+    let newer = match status.current_version.as_deref().and_then(parse_tag) {
+        Some(current) => v.cmp_precedence(&current).is_gt(),
+        None => true,
     };
-    newer && !status.failed_versions.iter().any(|f| f == version)
+    newer
+        && !status
+            .failed_versions
+            .iter()
+            .any(|f| parse_tag(f) == Some(v.clone()))
 }
 
 /// Decides the policy's next step.
@@ -392,7 +395,7 @@ impl Stepper<'_, '_> {
         let Some(tag) = target.tag.as_deref() else {
             return;
         };
-        if semver::Version::parse(tag).is_err() || status.current_version.as_deref() == Some(tag) {
+        if parse_tag(tag).is_none() || status.current_version.as_deref() == Some(tag) {
             return;
         }
         if status.current_version.is_none() {
@@ -471,7 +474,13 @@ impl Stepper<'_, '_> {
             self.sleep_at_most(IN_FLIGHT_RECHECK);
             return;
         };
-        let image = with_tag(&target.image, &version);
+        let image = match ImageRef::parse(&target.image) {
+            Ok(i) => i.with_tag(&version),
+            Err(why) => {
+                self.not_ready(status, reason::TARGET_NOT_FOUND, why);
+                return;
+            }
+        };
         status.in_flight = Some(InFlightUpdate {
             phase: InFlightPhase::Applying,
             version: version.clone(),
@@ -899,16 +908,4 @@ fn cap<T>(list: &mut Vec<T>) {
         let extra = list.len() - MAX_HISTORY;
         list.drain(..extra);
     }
-}
-
-/// `image` with its tag (and any digest) replaced by `tag`.
-pub fn with_tag(image: &str, tag: &str) -> String {
-    let name = image.split('@').next().unwrap_or(image);
-    // A tag is after the last ':' that follows the last '/' (a port's ':' comes before it).
-    let slash = name.rfind('/').map_or(0, |i| i + 1);
-    let repository = match name[slash..].rfind(':') {
-        Some(i) => &name[..slash + i],
-        None => name,
-    };
-    format!("{repository}:{tag}")
 }

@@ -31,7 +31,7 @@ impl Fleet {
         self.env_setting("FLEET_TEST_EXPORTER")
     }
 
-    fn env_setting(&self, key: &str) -> Result<String, Error> {
+    pub(crate) fn env_setting(&self, key: &str) -> Result<String, Error> {
         let path = self.dir().join("fleet.env");
         let env = std::fs::read_to_string(&path)
             .map_err(|e| Error::Fleet(format!("{}: {e}", path.display())))?;
@@ -40,7 +40,7 @@ impl Fleet {
             .map(|v| v.trim().to_string())
             .ok_or_else(|| {
                 Error::Fleet(format!(
-                    "{} names no {key} (a fleet from before Prometheus: run deploy/local/fleet up)",
+                    "{} names no {key} (a fleet from an older deploy/local/fleet: run deploy/local/fleet up)",
                     path.display()
                 ))
             })

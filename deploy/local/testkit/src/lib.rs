@@ -30,6 +30,9 @@ use serde::de::DeserializeOwned;
 mod exporter;
 pub use exporter::{Sample, TestGauge};
 
+mod registry;
+pub use registry::{RegistryRepo, Unready};
+
 /// Errors of the test kit.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -198,7 +201,7 @@ impl Fleet {
 }
 
 impl Fleet {
-    fn script(&self, args: &[&str]) -> Result<(), Error> {
+    pub(crate) fn script(&self, args: &[&str]) -> Result<(), Error> {
         let out = Command::new(fleet_script())
             .args(args)
             .env("FLEET_DIR", &self.dir)
@@ -240,14 +243,18 @@ fn status_ok(dir: &Path) -> bool {
             .unwrap_or(false)
 }
 
-/// A port base whose fleet ports (base..base+120, Prometheus and the test exporter at
-/// base+310 and base+311) are all free.
+/// A port base whose fleet ports (base..base+120, the registry, Prometheus and the test
+/// exporter at base+300, base+310 and base+311) are all free.
 fn free_port_base() -> Option<u16> {
     let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
     let start = 20000 + (std::process::id() % 40) as u16 * 200;
     (0..40u16)
         .map(|k| 20000 + (start - 20000 + k * 200) % 8000)
-        .find(|&base| (base..base + 120).chain([base + 310, base + 311]).all(free))
+        .find(|&base| {
+            (base..base + 120)
+                .chain([base + 300, base + 310, base + 311])
+                .all(free)
+        })
 }
 
 async fn client(path: &Path) -> Result<Client, Error> {

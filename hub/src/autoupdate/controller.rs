@@ -1,0 +1,625 @@
+//! The AutoUpdatePolicy controller. Each reconcile: observe (the policy read fresh, the target's
+//! image, the placement, the runs in flight; the registry only when a check is due) → plan (the
+//! pure [`plan`](super::plan)) → write the status (with a resourceVersion precondition) → act
+//! (idempotent writes derived from that status) → events and metrics. Triggered by changes of
+//! policies, of their placements and of the UpdateRuns they created; requeued for the schedule.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleethub_crds::apply::StatusApply;
+use fleethub_crds::auto_update::{
+    AutoUpdatePolicy, AutoUpdatePolicyStatus, CHECK_REQUESTED_ANNOTATION, InFlightPhase,
+    POLICY_LABEL, RESET_REQUESTED_ANNOTATION,
+};
+use fleethub_crds::conditions::{find, is_true};
+use fleethub_crds::field_manager::AUTO_UPDATE as FIELD_MANAGER;
+use fleethub_crds::placement::RolloutStrategyType;
+use fleethub_crds::run_progress::RunPhase;
+use fleethub_crds::strategy::{StageConfig, StagedUpdateStrategySpec};
+use fleethub_crds::update_run::{PROGRESSING, SUCCEEDED, UpdateRunSpec, reason as run_reason};
+use fleethub_crds::work::AVAILABLE;
+use fleethub_crds::{Placement, ResourceSnapshot, StagedUpdateStrategy, UpdateRun, names};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use kube::api::{
+    ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+};
+use kube::runtime::controller::Action as Requeue;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client, Resource, ResourceExt};
+use tokio_util::sync::CancellationToken;
+
+use super::image::ImageRef;
+use super::plan::{self, Action, Observed, PlacementView, Plan, RunOutcome, TargetView};
+use super::registry::{Credentials, RegistryClient};
+use super::schedule::Schedule;
+use super::versions;
+use crate::Error;
+use crate::clock::Clock;
+use crate::error::{EXISTS, ok_if};
+use crate::metrics::Metrics;
+use fleethub_runtime::retry::{ERROR_BACKOFF, FailureBackoff};
+
+/// The hub's namespace: registry credentials (`spec.secretRef`) are read from here.
+pub const HUB_NAMESPACE: &str = "fleethub-system";
+/// The stage of the default rollback strategy.
+const ROLLBACK_STAGE: &str = "all-clusters";
+
+/// What the reconciler shares.
+pub struct Context {
+    client: Client,
+    metrics: Metrics,
+    clock: Arc<dyn Clock>,
+    recorder: Recorder,
+    registry: RegistryClient,
+    runs: Store<UpdateRun>,
+    errors: FailureBackoff<ObjectRef<AutoUpdatePolicy>>,
+}
+
+/// Runs the controller until `shutdown`.
+pub async fn run(
+    client: Client,
+    clock: Arc<dyn Clock>,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) {
+    let registry = RegistryClient::default();
+    let (runs, runs_writer) = kube::runtime::reflector::store::<UpdateRun>();
+    let run_stream =
+        fleethub_runtime::reflected_stream(Api::<UpdateRun>::all(client.clone()), runs_writer);
+    let controller = fleethub_runtime::controller_for(Api::<AutoUpdatePolicy>::all(client.clone()));
+    let policies = controller.store();
+    let placement_stream = fleethub_runtime::watch_stream(Api::<Placement>::all(client.clone()));
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), Reporter::from("fleethub-hub")),
+        client,
+        metrics: metrics.clone(),
+        clock,
+        registry,
+        runs,
+        errors: FailureBackoff::new(ERROR_BACKOFF),
+    });
+    let for_placement = move |p: Placement| -> Vec<ObjectRef<AutoUpdatePolicy>> {
+        let name = p.name_any();
+        policies
+            .state()
+            .iter()
+            .filter(|a| a.spec.placement_name == name)
+            .map(|a| ObjectRef::from_obj(a.as_ref()))
+            .collect()
+    };
+    controller
+        .watches_stream(run_stream, |r: UpdateRun| {
+            r.labels()
+                .get(POLICY_LABEL)
+                .map(|p| ObjectRef::<AutoUpdatePolicy>::new(p))
+        })
+        .watches_stream(placement_stream, for_placement)
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(
+            |policy, ctx| async move {
+                let key = ObjectRef::from_obj(policy.as_ref());
+                let result = crate::error::bounded(reconcile(policy, ctx.clone())).await;
+                ctx.errors.observe(&key, result)
+            },
+            error_policy,
+            ctx,
+        )
+        .for_each(move |res| {
+            metrics.observe("auto-update", &res);
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "auto-update reconcile error");
+            }
+            std::future::ready(())
+        })
+        .await;
+}
+
+fn error_policy(policy: Arc<AutoUpdatePolicy>, error: &Error, ctx: Arc<Context>) -> Requeue {
+    let retry_in = if error.is_conflict() {
+        Duration::from_secs(1)
+    } else {
+        ctx.errors.failed(ObjectRef::from_obj(policy.as_ref()))
+    };
+    tracing::warn!(policy = %policy.name_any(), error = %error, ?retry_in, "auto-update reconcile failed; retrying");
+    Requeue::requeue(retry_in)
+}
+
+async fn reconcile(cached: Arc<AutoUpdatePolicy>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let api: Api<AutoUpdatePolicy> = Api::all(ctx.client.clone());
+    // Always plan on a fresh read: the status write below is conditioned on its version.
+    let Some(policy) = api.get_opt(&cached.name_any()).await? else {
+        return Ok(Requeue::await_change());
+    };
+    if policy.metadata.deletion_timestamp.is_some() {
+        return Ok(Requeue::await_change());
+    }
+    let now = ctx.clock.now();
+    let status = policy.status.clone().unwrap_or_default();
+    let schedule = Schedule::parse(&policy.spec.schedule, policy.spec.time_zone.as_deref());
+    let constraint = semver::VersionReq::parse(&policy.spec.version_constraint).map_err(|e| {
+        format!(
+            "spec.versionConstraint {:?} is not a semver requirement: {e}",
+            policy.spec.version_constraint
+        )
+    });
+    let target = read_target(&ctx, &policy).await?;
+    let placement = read_placement(&ctx, &policy).await?;
+    let flight = status.in_flight.as_ref();
+    let awaited_image = flight.and_then(|f| match f.phase {
+        InFlightPhase::Applying => Some(&f.image),
+        InFlightPhase::RollingBack if f.rollback_snapshot_index.is_none() => {
+            Some(&f.previous_image)
+        }
+        _ => None,
+    });
+    let snapshot_with_image = match awaited_image {
+        Some(image) => snapshot_with_image(&ctx, &policy, placement.as_ref().ok(), image).await?,
+        None => None,
+    };
+    let update_run = outcome(&ctx, flight.and_then(|f| f.update_run.as_deref()));
+    let rollback_run = outcome(&ctx, flight.and_then(|f| f.rollback_run.as_deref()));
+    let name = policy.name_any();
+    let annotations = policy.annotations();
+    let mut observed = Observed {
+        name: &name,
+        generation: policy.metadata.generation,
+        spec: &policy.spec,
+        status: &status,
+        check_request: annotations
+            .get(CHECK_REQUESTED_ANNOTATION)
+            .map(String::as_str),
+        reset_request: annotations
+            .get(RESET_REQUESTED_ANNOTATION)
+            .map(String::as_str),
+        now,
+        next_tick: schedule
+            .as_ref()
+            .map(|s| s.next_after(now))
+            .map_err(|e| e.to_string()),
+        constraint: constraint.as_ref().map(|_| ()).map_err(Clone::clone),
+        target: target.clone(),
+        placement,
+        snapshot_with_image,
+        update_run,
+        rollback_run,
+        registry: None,
+    };
+    let mut decided = plan::plan(&observed);
+    if decided == Plan::CheckRegistry {
+        let offered = check(
+            &ctx,
+            &policy,
+            &status,
+            target.as_ref().ok(),
+            constraint.ok(),
+        )
+        .await;
+        observed.registry = Some(offered);
+        decided = plan::plan(&observed);
+    }
+    let Plan::Step(step) = decided else {
+        return Err(Error::Invalid(
+            "the plan asked for a second registry check".into(),
+        ));
+    };
+    let plan::Step {
+        status: new_status,
+        actions,
+        notes,
+        requeue,
+    } = *step;
+    if new_status != status {
+        let body = StatusApply::new::<AutoUpdatePolicy>(&name, None, &new_status)
+            .at_version(policy.metadata.resource_version.clone());
+        api.patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+    }
+    for action in &actions {
+        act(&ctx, &policy, action).await?;
+    }
+    let reference = policy.object_ref(&());
+    for note in notes {
+        tracing::info!(policy = %name, reason = note.reason, "{}", note.message);
+        publish(&ctx, &reference, note).await;
+    }
+    count(&ctx.metrics, &name, &status, &new_status);
+    Ok(Requeue::requeue(requeue.max(Duration::from_millis(200))))
+}
+
+async fn publish(ctx: &Context, reference: &ObjectReference, note: plan::Note) {
+    let event = Event {
+        type_: if note.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: note.reason.to_string(),
+        note: Some(note.message),
+        action: "AutoUpdate".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, reference).await {
+        tracing::debug!(error = %e, "cannot record event");
+    }
+}
+
+/// Metrics from the change of status this reconcile made.
+fn count(
+    metrics: &Metrics,
+    policy: &str,
+    before: &AutoUpdatePolicyStatus,
+    after: &AutoUpdatePolicyStatus,
+) {
+    let au = &metrics.auto_update;
+    if after.last_check_time != before.last_check_time {
+        let failed = after.conditions.iter().any(|c| {
+            c.type_ == fleethub_crds::auto_update::READY
+                && c.reason == fleethub_crds::auto_update::reason::REGISTRY_ERROR
+        });
+        au.count_check(!failed);
+    }
+    let started = |s: &AutoUpdatePolicyStatus| {
+        s.in_flight
+            .as_ref()
+            .map(|f| (f.version.clone(), f.start_time.clone()))
+    };
+    if after.in_flight.is_some() && started(after) != started(before) {
+        au.updates_started.inc();
+    }
+    if after.rollback_count > before.rollback_count {
+        au.rollbacks.inc();
+    }
+    au.set_state(
+        policy,
+        after.circuit_open,
+        after.current_version.as_deref(),
+        after.available_version.as_deref(),
+    );
+}
+
+/// The target container's image on the hub.
+async fn read_target(
+    ctx: &Context,
+    policy: &AutoUpdatePolicy,
+) -> Result<Result<TargetView, String>, Error> {
+    let t = &policy.spec.target;
+    let api = target_api(ctx, policy);
+    let Some(object) = api.get_opt(&t.name).await? else {
+        return Ok(Err(format!(
+            "{} {}/{} does not exist on the hub",
+            t.kind.as_str(),
+            t.namespace,
+            t.name
+        )));
+    };
+    let containers = object.data["spec"]["template"]["spec"]["containers"].as_array();
+    let Some(image) = containers
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == t.container.as_str())
+        .and_then(|c| c["image"].as_str())
+    else {
+        return Ok(Err(format!(
+            "{} {}/{} has no container {:?} with an image (spec.target.container)",
+            t.kind.as_str(),
+            t.namespace,
+            t.name,
+            t.container
+        )));
+    };
+    Ok(Ok(match ImageRef::parse(image) {
+        Ok(parsed) => TargetView {
+            image: image.to_string(),
+            digest_pinned: parsed.is_digest_pinned(),
+            tag: parsed.tag.clone(),
+        },
+        Err(e) => {
+            return Ok(Err(format!(
+                "the image {image:?} of container {} cannot be read: {e}",
+                t.container
+            )));
+        }
+    }))
+}
+
+fn target_api(ctx: &Context, policy: &AutoUpdatePolicy) -> Api<DynamicObject> {
+    let t = &policy.spec.target;
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", t.kind.as_str()));
+    Api::namespaced_with(ctx.client.clone(), &t.namespace, &resource)
+}
+
+/// The placement, as the plan needs it.
+async fn read_placement(
+    ctx: &Context,
+    policy: &AutoUpdatePolicy,
+) -> Result<Result<PlacementView, String>, Error> {
+    let name = &policy.spec.placement_name;
+    let Some(placement) = Api::<Placement>::all(ctx.client.clone())
+        .get_opt(name)
+        .await?
+    else {
+        return Ok(Err(format!(
+            "Placement {name} does not exist (spec.placementName)"
+        )));
+    };
+    let external = placement
+        .spec
+        .strategy
+        .as_ref()
+        .is_some_and(|s| s.type_ == RolloutStrategyType::External);
+    if !external {
+        return Ok(Err(format!(
+            "Placement {name}'s strategy type is not External: only UpdateRuns may roll it (spec.placementName)"
+        )));
+    }
+    let status = placement.status.clone().unwrap_or_default();
+    let latest = status.latest_resource_snapshot_index;
+    let behind: Vec<&str> = status
+        .placement_statuses
+        .iter()
+        .filter(|c| c.resource_snapshot_index.is_some() && c.resource_snapshot_index != latest)
+        .map(|c| c.cluster_name.as_str())
+        .collect();
+    let active: Vec<String> = ctx
+        .runs
+        .state()
+        .iter()
+        .filter(|r| &r.spec.placement_name == name)
+        .filter(|r| {
+            r.status
+                .as_ref()
+                .is_none_or(|s| find(&s.conditions, SUCCEEDED).is_none())
+        })
+        .map(|r| r.name_any())
+        .collect();
+    let settled = behind.is_empty() && active.is_empty();
+    let all_available = !status.placement_statuses.is_empty()
+        && status
+            .placement_statuses
+            .iter()
+            .all(|c| c.resource_snapshot_index == latest && is_true(&c.conditions, AVAILABLE));
+    let unsettled_because = if !active.is_empty() {
+        format!("UpdateRun {} is in progress", active.join(", "))
+    } else if !behind.is_empty() {
+        format!(
+            "clusters {} are not at the newest snapshot {} (a change waits for an UpdateRun)",
+            behind.join(", "),
+            latest.unwrap_or_default()
+        )
+    } else {
+        String::new()
+    };
+    Ok(Ok(PlacementView {
+        latest_index: latest,
+        settled,
+        available: settled && all_available,
+        unsettled_because,
+    }))
+}
+
+/// The placement's newest snapshot index, when that snapshot holds the target with `image`.
+async fn snapshot_with_image(
+    ctx: &Context,
+    policy: &AutoUpdatePolicy,
+    placement: Option<&PlacementView>,
+    image: &str,
+) -> Result<Option<i64>, Error> {
+    let Some(latest) = placement.and_then(|p| p.latest_index) else {
+        return Ok(None);
+    };
+    let selector = format!(
+        "{}={},{}={latest}",
+        names::PLACEMENT_LABEL,
+        policy.spec.placement_name,
+        names::SNAPSHOT_INDEX_LABEL
+    );
+    let parts = Api::<ResourceSnapshot>::all(ctx.client.clone())
+        .list(&ListParams::default().labels(&selector))
+        .await?;
+    let t = &policy.spec.target;
+    let holds = parts.items.iter().flat_map(|s| &s.spec.resources).any(|o| {
+        o["kind"] == t.kind.as_str()
+            && o["metadata"]["name"] == t.name.as_str()
+            && o["metadata"]["namespace"] == t.namespace.as_str()
+            && o["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["name"] == t.container.as_str() && c["image"] == image)
+    });
+    Ok(holds.then_some(latest))
+}
+
+/// How the run `name` stands. A run blocked by a failed cluster (not available within the
+/// health timeout, or its apply failed) counts as failed: it would wait for the cluster to
+/// recover, and auto-update rolls the version back instead.
+fn outcome(ctx: &Context, name: Option<&str>) -> RunOutcome {
+    let Some(name) = name else {
+        return RunOutcome::Missing;
+    };
+    let Some(run) = ctx.runs.get(&ObjectRef::new(name)) else {
+        return RunOutcome::Missing;
+    };
+    let conditions = run
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let why = |type_: &str| {
+        find(conditions, type_).map_or(String::new(), |c| format!("{}: {}", c.reason, c.message))
+    };
+    match RunPhase::of(&run) {
+        RunPhase::Succeeded => RunOutcome::Succeeded,
+        RunPhase::Failed
+            if find(conditions, SUCCEEDED).is_some_and(|c| c.reason == run_reason::SUPERSEDED) =>
+        {
+            RunOutcome::Superseded
+        }
+        RunPhase::Failed => RunOutcome::Failed(why(SUCCEEDED)),
+        RunPhase::Blocked => RunOutcome::Failed(why(PROGRESSING)),
+        _ => RunOutcome::Running,
+    }
+}
+
+/// Asks the registry which version to offer.
+async fn check(
+    ctx: &Context,
+    policy: &AutoUpdatePolicy,
+    status: &AutoUpdatePolicyStatus,
+    target: Option<&TargetView>,
+    constraint: Option<semver::VersionReq>,
+) -> Result<Option<String>, String> {
+    let constraint = constraint.ok_or("spec.versionConstraint cannot be read")?;
+    let repository = match (&policy.spec.repository, target) {
+        (Some(r), _) => r.clone(),
+        (None, Some(t)) => ImageRef::parse(&t.image)?.repository,
+        (None, None) => return Err("the target's image cannot be read".into()),
+    };
+    let credentials = credentials(ctx, policy).await?;
+    let tags = ctx
+        .registry
+        .list_tags(&repository, &credentials)
+        .await
+        .map_err(|e| e.to_string())?;
+    let current = status
+        .current_version
+        .as_deref()
+        .and_then(versions::parse_tag);
+    Ok(versions::choose(
+        &tags,
+        &constraint,
+        current.as_ref(),
+        &status.failed_versions,
+    )
+    .map(|c| c.tag))
+}
+
+/// The registry credentials named by `spec.secretRef` (in the hub's namespace).
+async fn credentials(ctx: &Context, policy: &AutoUpdatePolicy) -> Result<Credentials, String> {
+    let Some(secret_ref) = &policy.spec.secret_ref else {
+        return Ok(Credentials::Anonymous);
+    };
+    let name = &secret_ref.name;
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), HUB_NAMESPACE)
+        .get_opt(name)
+        .await
+        .map_err(|e| format!("reading Secret {HUB_NAMESPACE}/{name} (spec.secretRef): {e}"))?
+        .ok_or_else(|| format!("Secret {HUB_NAMESPACE}/{name} (spec.secretRef) does not exist"))?;
+    let data = secret.data.unwrap_or_default();
+    let field = |k: &str| {
+        data.get(k)
+            .map(|v| String::from_utf8_lossy(&v.0).trim().to_string())
+    };
+    match (field("token"), field("username"), field("password")) {
+        (Some(token), _, _) => Ok(Credentials::Bearer(token)),
+        (None, Some(username), Some(password)) => Ok(Credentials::Basic { username, password }),
+        _ => Err(format!(
+            "Secret {HUB_NAMESPACE}/{name} (spec.secretRef) has neither `token` nor `username` and `password`"
+        )),
+    }
+}
+
+/// Carries out one action of the plan (each is idempotent).
+async fn act(ctx: &Context, policy: &AutoUpdatePolicy, action: &Action) -> Result<(), Error> {
+    match action {
+        Action::SetImage(image) => set_image(ctx, policy, image).await,
+        Action::EnsureRollbackStrategy(name) => ensure_rollback_strategy(ctx, policy, name).await,
+        Action::EnsureRun {
+            name,
+            snapshot_index,
+            strategy,
+        } => ensure_run(ctx, policy, name, *snapshot_index, strategy).await,
+    }
+}
+
+/// Server-side applies just the container's image, under the policy's own field manager:
+/// nothing else of the object changes hands.
+async fn set_image(ctx: &Context, policy: &AutoUpdatePolicy, image: &str) -> Result<(), Error> {
+    let t = &policy.spec.target;
+    let body = serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": t.kind.as_str(),
+        "metadata": {"name": t.name, "namespace": t.namespace},
+        "spec": {"template": {"spec": {"containers": [{"name": t.container, "image": image}]}}},
+    });
+    target_api(ctx, policy)
+        .patch(
+            &t.name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+    Ok(())
+}
+
+fn owner(policy: &AutoUpdatePolicy) -> Vec<OwnerReference> {
+    policy.controller_owner_ref(&()).into_iter().collect()
+}
+
+async fn ensure_rollback_strategy(
+    ctx: &Context,
+    policy: &AutoUpdatePolicy,
+    name: &str,
+) -> Result<(), Error> {
+    let strategy = StagedUpdateStrategy {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            owner_references: Some(owner(policy)),
+            labels: Some([(POLICY_LABEL.to_string(), policy.name_any())].into()),
+            ..Default::default()
+        },
+        spec: StagedUpdateStrategySpec {
+            stages: vec![StageConfig {
+                name: ROLLBACK_STAGE.into(),
+                label_selector: Some(LabelSelector::default()),
+                ..Default::default()
+            }],
+        },
+        status: None,
+    };
+    Api::<StagedUpdateStrategy>::all(ctx.client.clone())
+        .patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&strategy),
+        )
+        .await?;
+    Ok(())
+}
+
+async fn ensure_run(
+    ctx: &Context,
+    policy: &AutoUpdatePolicy,
+    name: &str,
+    snapshot_index: i64,
+    strategy: &str,
+) -> Result<(), Error> {
+    let run = UpdateRun {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            owner_references: Some(owner(policy)),
+            labels: Some([(POLICY_LABEL.to_string(), policy.name_any())].into()),
+            ..Default::default()
+        },
+        spec: UpdateRunSpec {
+            placement_name: policy.spec.placement_name.clone(),
+            resource_snapshot_index: snapshot_index.to_string(),
+            staged_rollout_strategy_name: strategy.to_string(),
+            state: None,
+            health_timeout: policy.spec.health_timeout.clone(),
+        },
+        status: None,
+    };
+    let created = Api::<UpdateRun>::all(ctx.client.clone())
+        .create(&PostParams::default(), &run)
+        .await;
+    ok_if(created, EXISTS)
+}
