@@ -75,6 +75,15 @@ pub async fn get_run(name: String) -> Result<RunView, ServerFnError> {
         .map_err(sentence)
 }
 
+/// The Auto-updates page's data.
+#[server(endpoint = "get_auto_updates")]
+pub async fn get_auto_updates() -> Result<AutoUpdatesView, ServerFnError> {
+    let s = session().await?;
+    crate::server::hub::auto_updates(&s.client)
+        .await
+        .map_err(sentence)
+}
+
 /// The Approvals page's data.
 #[server(endpoint = "get_approvals")]
 pub async fn get_approvals() -> Result<ApprovalsView, ServerFnError> {

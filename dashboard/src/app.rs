@@ -14,8 +14,8 @@ use leptos_router::{SsrMode, path};
 use crate::api::get_me;
 use crate::live::Live;
 use crate::pages::{
-    approvals::ApprovalsPage, confirm_approval::ConfirmApprovalPage, fleet::FleetPage,
-    placements::PlacementsPage, run::RunPage, runs::RunsPage,
+    approvals::ApprovalsPage, auto_updates::AutoUpdatesPage, confirm_approval::ConfirmApprovalPage,
+    fleet::FleetPage, placements::PlacementsPage, run::RunPage, runs::RunsPage,
 };
 
 /// The HTML document around the app.
@@ -58,6 +58,7 @@ pub fn App() -> impl IntoView {
                     <A href="/placements">"Placements"</A>
                     <A href="/runs">"Runs"</A>
                     <A href="/approvals">"Approvals"</A>
+                    <A href="/autoupdates">"Auto-updates"</A>
                 </nav>
                 <span
                     class="live"
@@ -91,6 +92,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/runs") view=RunsPage ssr=SsrMode::Async />
                     <Route path=path!("/runs/:name") view=RunPage ssr=SsrMode::Async />
                     <Route path=path!("/approvals") view=ApprovalsPage ssr=SsrMode::Async />
+                    <Route path=path!("/autoupdates") view=AutoUpdatesPage ssr=SsrMode::Async />
                     <Route
                         path=path!("/approvals/:name/approve")
                         view=ConfirmApprovalPage

@@ -3,6 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+mod auto_updates;
+pub use auto_updates::*;
+
 /// Who is signed in, and what the hub's RBAC lets them do (from SelfSubjectAccessReviews made
 /// with their own token).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -17,6 +20,8 @@ pub struct Me {
     pub can_update_runs: bool,
     /// May create `updateruns`.
     pub can_create_runs: bool,
+    /// May patch `autoupdatepolicies` (ask for a check, reset a circuit).
+    pub can_update_policies: bool,
 }
 
 /// A status shown as a coloured badge that always carries a text label.

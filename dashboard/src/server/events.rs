@@ -9,7 +9,8 @@ use std::time::Duration;
 use axum::Extension;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use fleethub_crds::{
-    ApprovalRequest, Binding, MemberCluster, Placement, ResourceSnapshot, UpdateRun,
+    ApprovalRequest, AutoUpdatePolicy, Binding, MemberCluster, Placement, ResourceSnapshot,
+    UpdateRun,
 };
 use futures::{Stream, StreamExt};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -79,7 +80,8 @@ pub async fn events(
     forward::<ResourceSnapshot>(c, "resourcesnapshots", tx.clone(), stop.clone());
     forward::<Binding>(c, "bindings", tx.clone(), stop.clone());
     forward::<UpdateRun>(c, "updateruns", tx.clone(), stop.clone());
-    forward::<ApprovalRequest>(c, "approvalrequests", tx, stop.clone());
+    forward::<ApprovalRequest>(c, "approvalrequests", tx.clone(), stop.clone());
+    forward::<AutoUpdatePolicy>(c, "autoupdatepolicies", tx, stop.clone());
     // Dropping the stream (the page went away) cancels the watches.
     let guard: DropGuard = stop.drop_guard();
     let stream = futures::stream::unfold((rx, guard), |(mut rx, guard)| async move {

@@ -4,6 +4,9 @@
 
 use std::path::Path;
 
+use fleethub_crds::auto_update::{
+    AutoUpdatePolicy, CHECK_REQUESTED_ANNOTATION, RESET_REQUESTED_ANNOTATION,
+};
 use fleethub_crds::update_run::{UpdateRunSpec, UpdateRunState};
 use fleethub_crds::{
     ApprovalRequest, Binding, MemberCluster, Placement, ResourceSnapshot, StagedUpdateStrategy,
@@ -15,6 +18,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
+use kube::core::{ObjectMeta, PartialObjectMetaExt};
 use kube::{Api, Client, Config, ResourceExt};
 
 use super::error::Error;
@@ -186,10 +190,11 @@ async fn allowed(client: &Client, verb: &str, resource: &str, subresource: Optio
 /// What the session's user may do (buttons are shown only for allowed actions; the hub still
 /// decides every request).
 pub async fn me(client: &Client, user: &str, csrf: &str) -> Me {
-    let (can_approve, can_update_runs, can_create_runs) = futures::join!(
+    let (can_approve, can_update_runs, can_create_runs, can_update_policies) = futures::join!(
         allowed(client, "patch", "approvalrequests", Some("status")),
         allowed(client, "patch", "updateruns", None),
         allowed(client, "create", "updateruns", None),
+        allowed(client, "patch", "autoupdatepolicies", None),
     );
     Me {
         user: user.to_string(),
@@ -197,6 +202,7 @@ pub async fn me(client: &Client, user: &str, csrf: &str) -> Me {
         can_approve,
         can_update_runs,
         can_create_runs,
+        can_update_policies,
     }
 }
 
@@ -246,6 +252,83 @@ pub async fn run(client: &Client, name: &str) -> Result<RunView, Error> {
             Error::from_kube(e, "list the run's approval requests", "approval requests")
         })?;
     Ok(views::run(&run, &approvals.items))
+}
+
+/// The Auto-updates page.
+pub async fn auto_updates(client: &Client) -> Result<AutoUpdatesView, Error> {
+    Ok(views::auto_updates(
+        list::<AutoUpdatePolicy>(client, "auto-update policies").await?,
+    ))
+}
+
+/// What a person asks an AutoUpdatePolicy's controller for (it acts once on each new value of
+/// the request's annotation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyRequest {
+    /// A registry check now.
+    Check,
+    /// Close the circuit and forget the rollbacks counted.
+    Reset,
+}
+
+impl PolicyRequest {
+    /// The annotation that carries the request.
+    fn annotation(self) -> &'static str {
+        match self {
+            PolicyRequest::Check => CHECK_REQUESTED_ANNOTATION,
+            PolicyRequest::Reset => RESET_REQUESTED_ANNOTATION,
+        }
+    }
+
+    /// The request in words, for messages.
+    pub fn verb(self) -> &'static str {
+        match self {
+            PolicyRequest::Check => "ask for a check of",
+            PolicyRequest::Reset => "reset the circuit of",
+        }
+    }
+}
+
+/// Asks AutoUpdatePolicy `name` for a check or a reset as the signed-in user: the request's
+/// annotation set to a new value (now) by server-side apply of the metadata alone, as
+/// `kubectl fleet autoupdate check|reset` does.
+pub async fn request_policy(client: &Client, name: &str, what: PolicyRequest) -> Result<(), Error> {
+    let meta = ObjectMeta {
+        name: Some(name.to_string()),
+        annotations: Some(
+            [(
+                what.annotation().to_string(),
+                jiff::Timestamp::now().to_string(),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    }
+    .into_request_partial::<AutoUpdatePolicy>();
+    let api = Api::<AutoUpdatePolicy>::all(client.clone());
+    // Only to turn a missing policy into "does not exist" rather than an apply creating nothing.
+    api.get_metadata(name).await.map_err(|e| {
+        Error::from_kube(
+            e,
+            &format!("{} {name}", what.verb()),
+            &format!("AutoUpdatePolicy {name}"),
+        )
+    })?;
+    api.patch_metadata(
+        name,
+        // Forced: a request is the person's to make, whoever asked last.
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&meta),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| {
+        Error::from_kube(
+            e,
+            &format!("{} {name}", what.verb()),
+            &format!("AutoUpdatePolicy {name}"),
+        )
+    })
 }
 
 /// The Approvals page.

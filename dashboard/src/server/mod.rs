@@ -60,6 +60,8 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{name}/stop", post(stop_run))
         .route("/runs/{name}/resume", post(resume_run))
         .route("/approvals/{name}/approve", post(approve))
+        .route("/autoupdates/{name}/check", post(check_policy))
+        .route("/autoupdates/{name}/reset", post(reset_policy))
         .route("/style.css", get(style))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(|| async { "ok" }))
@@ -289,6 +291,44 @@ async fn set_state(s: Session, name: String, f: CsrfForm, state: UpdateRunState)
     .await;
     match result {
         Ok(()) => redirect(&format!("/runs/{name}")),
+        Err(e) => error_response(e, Some(&s.user)),
+    }
+}
+
+async fn check_policy(
+    Extension(s): Extension<Session>,
+    Path(name): Path<String>,
+    Form(f): Form<CsrfForm>,
+) -> Response {
+    request_policy(s, name, f, hub::PolicyRequest::Check).await
+}
+
+async fn reset_policy(
+    Extension(s): Extension<Session>,
+    Path(name): Path<String>,
+    Form(f): Form<CsrfForm>,
+) -> Response {
+    request_policy(s, name, f, hub::PolicyRequest::Reset).await
+}
+
+/// Asks a policy for a check or a reset as the signed-in user; the hub acts on it, and the
+/// Auto-updates page shows the outcome as it happens.
+async fn request_policy(
+    s: Session,
+    name: String,
+    f: CsrfForm,
+    what: hub::PolicyRequest,
+) -> Response {
+    let result = async {
+        check_csrf(&s, &f.csrf)?;
+        hub::request_policy(&s.client, &name, what).await
+    }
+    .await;
+    match result {
+        Ok(()) => {
+            tracing::info!(user = s.user, policy = name, request = ?what, "asked an auto-update policy");
+            redirect(&format!("/autoupdates#policy-{name}"))
+        }
         Err(e) => error_response(e, Some(&s.user)),
     }
 }

@@ -127,6 +127,8 @@ async fn state_changing_requests_need_the_sessions_csrf_token() {
         ("/runs/r1/stop", String::new()),
         ("/runs/r1/resume", "csrf=".to_string()),
         ("/runs", "placement=web&index=1&strategy=s".to_string()),
+        ("/autoupdates/web/reset", String::new()),
+        ("/autoupdates/web/check", "csrf=wrong".to_string()),
         ("/logout", String::new()),
     ] {
         let (status, _, page) = send(&st, post(uri, Some(&cookie), &body)).await;
@@ -190,6 +192,20 @@ async fn hub_failures_are_sentences_on_pages_and_actions() {
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_is_a_page_with(&body, "Snapshot index &quot;x&quot; is not a number.");
+    let (status, _, body) = send(
+        &st,
+        post(
+            "/autoupdates/web/reset",
+            Some(&cookie),
+            &format!("csrf={csrf}"),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY);
+    assert_is_a_page_with(
+        &body,
+        "could not reset the circuit of web, because the hub API server did not answer",
+    );
 
     // A Leptos page renders the sentence in place of the data.
     let (status, _, body) = send(
@@ -219,6 +235,7 @@ async fn server_functions_answer_at_fixed_endpoints() {
         "get_placements",
         "get_runs",
         "get_approvals",
+        "get_auto_updates",
     ] {
         let req = Request::post(format!("/api/{f}"))
             .header(header::COOKIE, &cookie)
@@ -246,6 +263,11 @@ async fn every_page_is_drawn_in_the_skeleton_heading_intro_and_the_problem() {
             Some("Stage gates waiting for a person"),
         ),
         ("/approvals/r1-canary/approve", "Approve a stage", None),
+        (
+            "/autoupdates",
+            "Auto-updates",
+            Some("Workloads that follow their registry"),
+        ),
     ] {
         let (status, _, body) = send(
             &st,

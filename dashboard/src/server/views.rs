@@ -1,4 +1,8 @@
-//! Hub objects → what the pages show. Pure functions, no API server: unit-tested here.
+//! Hub objects → what the pages show. Pure functions, no API server: unit-tested here (and
+//! in the pages' own modules).
+
+mod auto_updates;
+pub use auto_updates::auto_updates;
 
 use std::collections::BTreeMap;
 
