@@ -128,6 +128,8 @@ pub struct AutoUpdateMetrics {
     pub rollbacks: Counter,
     /// 1 while a policy's circuit is open.
     pub circuit_open: Family<PolicyLabels, Gauge>,
+    /// Policies whose circuit is open (exported even when there are none, for alerts).
+    pub circuits_open: Gauge,
     /// 1 per policy, labelled with its current and available versions.
     pub version_info: Family<VersionLabels, Gauge>,
     /// The labels of each policy's version-info series, to drop it when the versions change.
@@ -161,10 +163,26 @@ impl AutoUpdateMetrics {
             self.circuit_open.clone(),
         );
         sub.register(
+            "circuits_open",
+            "AutoUpdatePolicies whose circuit breaker is open (leader only)",
+            self.circuits_open.clone(),
+        );
+        sub.register(
             "version_info",
             "1 per AutoUpdatePolicy, labelled with its current and available versions",
             self.version_info.clone(),
         );
+    }
+
+    /// Drops the per-policy gauges (this process stopped leading).
+    fn forget(&self) {
+        self.circuit_open.clear();
+        self.circuits_open.set(0);
+        self.version_info.clear();
+        self.version_labels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 
     /// Counts one registry check.
@@ -181,11 +199,13 @@ impl AutoUpdateMetrics {
         current: Option<&str>,
         available: Option<&str>,
     ) {
-        self.circuit_open
+        let was = self
+            .circuit_open
             .get_or_create(&PolicyLabels {
                 policy: policy.to_string(),
             })
             .set(i64::from(circuit_open));
+        self.circuits_open.inc_by(i64::from(circuit_open) - was);
         let labels = VersionLabels {
             policy: policy.to_string(),
             current: current.unwrap_or_default().to_string(),
@@ -441,6 +461,7 @@ impl Metrics {
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = None;
         self.update_runs.clear();
+        self.auto_update.forget();
     }
 
     /// Counts one result of `controller`'s reconcile stream.
