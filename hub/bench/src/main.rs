@@ -7,6 +7,7 @@
 //! not complete; it never judges speed. See BENCHMARKS.md.
 #![forbid(unsafe_code)]
 
+mod autoupdate;
 mod dashboard;
 mod fleet_objects;
 mod metric_gates;
@@ -57,6 +58,10 @@ struct Args {
     /// long after their cluster the gates pass.
     #[arg(long, default_value_t = 0)]
     metric_gate_runs: usize,
+    /// Members of one AutoUpdatePolicy's placement (0: skip): a version from its push to the
+    /// fleet's registry to done everywhere, and a broken one from its push to rolled back.
+    #[arg(long, default_value_t = 0)]
+    autoupdate_members: usize,
     /// Members of the run during which the hub is killed and restarted (0: skip).
     #[arg(long, default_value_t = 100)]
     restart_members: usize,
@@ -236,6 +241,10 @@ impl Bench {
                 .concurrent_runs(self.args.runs, self.args.clusters_per_run)
                 .await;
             self.settle("concurrent runs", outcome, &mut failed).await?;
+        }
+        if self.args.autoupdate_members > 0 {
+            let outcome = self.auto_update(self.args.autoupdate_members).await;
+            self.settle("auto-update", outcome, &mut failed).await?;
         }
         if self.args.metric_gate_runs > 0 {
             let outcome = self.metric_gates(self.args.metric_gate_runs).await;

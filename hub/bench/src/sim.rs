@@ -47,6 +47,9 @@ const HEARTBEAT_CONCURRENCY: usize = 32;
 
 /// Work generations whose report is being written: (namespace/name, generation).
 type InFlight = Arc<Mutex<HashSet<(String, i64)>>>;
+/// Images whose pods never become ready: a Work holding one is reported applied but not
+/// available, so the hub's health timeout fails it (a bad version, for the auto-update bench).
+pub type Unready = Arc<Mutex<HashSet<String>>>;
 
 /// How simulated members watch their Works.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -57,6 +60,13 @@ pub enum WatchMode {
     Shared,
 }
 
+/// What every simulated member shares.
+#[derive(Clone)]
+struct Sims {
+    in_flight: InFlight,
+    unready: Unready,
+}
+
 /// The running simulation.
 pub struct Simulation {
     client: Client,
@@ -65,6 +75,7 @@ pub struct Simulation {
     period: Duration,
     heartbeat_slots: Arc<Semaphore>,
     in_flight: InFlight,
+    unready: Unready,
     tasks: Vec<JoinHandle<()>>,
     members: usize,
 }
@@ -79,12 +90,13 @@ impl Simulation {
             period,
             heartbeat_slots: Arc::new(Semaphore::new(HEARTBEAT_CONCURRENCY)),
             in_flight: Arc::new(Mutex::new(HashSet::new())),
+            unready: Arc::new(Mutex::new(HashSet::new())),
             tasks: Vec::new(),
             members: 0,
         };
         if mode == WatchMode::Shared {
             let api = Api::<Work>::all(sim.client.clone());
-            let (client, timeline, in_flight) = sim.parts();
+            let (client, timeline, sims) = sim.parts();
             sim.tasks.push(tokio::spawn(async move {
                 let mut works = work_changes(api);
                 while let Some(next) = works.next().await {
@@ -95,7 +107,7 @@ impl Simulation {
                     });
                     if is_bench {
                         // Each member reacts on its own: do not serialize them on one stream.
-                        let (c, t, f) = (client.clone(), timeline.clone(), in_flight.clone());
+                        let (c, t, f) = (client.clone(), timeline.clone(), sims.clone());
                         tokio::spawn(async move { report(&c, &t, &f, work).await });
                     }
                 }
@@ -104,12 +116,20 @@ impl Simulation {
         sim
     }
 
-    fn parts(&self) -> (Client, Arc<Timeline>, InFlight) {
+    fn parts(&self) -> (Client, Arc<Timeline>, Sims) {
         (
             self.client.clone(),
             self.timeline.clone(),
-            self.in_flight.clone(),
+            Sims {
+                in_flight: self.in_flight.clone(),
+                unready: self.unready.clone(),
+            },
         )
+    }
+
+    /// The images simulated members never make ready.
+    pub fn unready(&self) -> Unready {
+        self.unready.clone()
     }
 
     /// Starts the agents of `members` (heartbeats, and Work watches in `PerMember` mode).
@@ -118,7 +138,7 @@ impl Simulation {
         for (k, member) in members.iter().enumerate() {
             // The first beat at once (that joins the member); later ones spread over the period.
             let offset = self.period * k as u32 / n;
-            let (client, timeline, in_flight) = self.parts();
+            let (client, timeline, sims) = self.parts();
             let (member, period, slots) =
                 (member.clone(), self.period, self.heartbeat_slots.clone());
             self.tasks.push(tokio::spawn(heartbeats(
@@ -135,7 +155,7 @@ impl Simulation {
                     let mut works = work_changes(api);
                     while let Some(next) = works.next().await {
                         if let Ok(work) = next {
-                            report(&client, &timeline, &in_flight, work).await;
+                            report(&client, &timeline, &sims, work).await;
                         }
                     }
                 }));
@@ -244,12 +264,8 @@ async fn beat(
 
 /// Reports a new Work generation applied and available, as the real agent does once its
 /// manifests are applied and ready.
-async fn report(
-    client: &Client,
-    timeline: &Timeline,
-    in_flight: &Mutex<HashSet<(String, i64)>>,
-    work: Work,
-) {
+async fn report(client: &Client, timeline: &Timeline, sims: &Sims, work: Work) {
+    let in_flight = &sims.in_flight;
     let seen = Instant::now();
     let Some(ns) = work.namespace() else { return };
     let Some(cluster) = names::cluster_of_namespace(&ns).map(str::to_string) else {
@@ -287,6 +303,23 @@ async fn report(
                "observedGeneration": generation, "lastTransitionTime": now})
     };
     let n = work.spec.workload.manifests.len();
+    let bad = bad_image(&work, &sims.unready);
+    let available = match &bad {
+        None => cond(
+            AVAILABLE,
+            "ManifestsAvailable",
+            format!("{n} manifests available (simulated)"),
+        ),
+        Some(image) => {
+            let mut c = cond(
+                AVAILABLE,
+                "WorkloadsNotReady",
+                format!("pods of {image} are not ready (simulated)"),
+            );
+            c["status"] = json!("False");
+            c
+        }
+    };
     let body = json!({
         "apiVersion": "fleethub.dev/v1alpha1",
         "kind": "Work",
@@ -294,7 +327,7 @@ async fn report(
         "status": {
             "conditions": [
                 cond(APPLIED, "ManifestsApplied", format!("applied {n} manifests of resource snapshot {index} (simulated)")),
-                cond(AVAILABLE, "ManifestsAvailable", format!("{n} manifests available (simulated)")),
+                available,
             ],
             "appliedResourceSnapshotIndex": index,
         },
@@ -334,6 +367,22 @@ async fn report(
     if let Ok(mut f) = in_flight.lock() {
         f.remove(&flight);
     }
+}
+
+/// The first container image of `work`'s manifests that is in `unready`.
+fn bad_image(work: &Work, unready: &Unready) -> Option<String> {
+    let unready = unready.lock().ok()?;
+    if unready.is_empty() {
+        return None;
+    }
+    work.spec.workload.manifests.iter().find_map(|m| {
+        m["spec"]["template"]["spec"]["containers"]
+            .as_array()?
+            .iter()
+            .filter_map(|c| c["image"].as_str())
+            .find(|i| unready.contains(*i))
+            .map(str::to_string)
+    })
 }
 
 /// Watches bench UpdateRuns and records each cluster the hub marks succeeded and each run's
