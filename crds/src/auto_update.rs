@@ -136,8 +136,9 @@ pub struct AutoUpdatePolicySpec {
     /// The StagedUpdateStrategy new versions roll out with; every gate of it applies.
     #[schemars(length(min = 1, max = 253))]
     pub staged_rollout_strategy_name: String,
-    /// The StagedUpdateStrategy a rollback rolls out with. Unset: one stage of every cluster, no
-    /// gates (clusters the failed run did not reach already run the previous version).
+    /// The StagedUpdateStrategy a rollback rolls out with. Unset: one stage of every cluster, all
+    /// at once, no gates (clusters the failed run did not reach already run the previous
+    /// version).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub rollback_strategy_name: Option<String>,

@@ -23,6 +23,7 @@ use fleethub_crds::{Placement, ResourceSnapshot, StagedUpdateStrategy, UpdateRun
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{
     ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
@@ -576,9 +577,12 @@ async fn ensure_rollback_strategy(
             ..Default::default()
         },
         spec: StagedUpdateStrategySpec {
+            // Every cluster at once: the previous version is known good, and a broken one
+            // should not stay on a cluster a moment longer than it must.
             stages: vec![StageConfig {
                 name: ROLLBACK_STAGE.into(),
                 label_selector: Some(LabelSelector::default()),
+                max_concurrency: Some(IntOrString::String("100%".into())),
                 ..Default::default()
             }],
         },

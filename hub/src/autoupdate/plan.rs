@@ -863,7 +863,11 @@ fn set_circuit(status: &mut AutoUpdatePolicyStatus, o: &Observed<'_>) {
             ),
         }
     } else {
-        if current.as_ref().is_some_and(|(s, _)| s == FALSE) {
+        // A person's reset or own version names itself until the next rollback.
+        let said_why = current.as_ref().is_some_and(|(s, r)| {
+            s == FALSE && (r == reason::RESET || r == reason::MANUAL_VERSION_SUCCEEDED)
+        });
+        if said_why && status.rollback_count == 0 {
             return;
         }
         (

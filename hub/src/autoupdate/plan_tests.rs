@@ -241,6 +241,8 @@ fn a_failed_run_is_rolled_back_once_and_the_version_never_again() {
     assert_eq!(w.status.failed_versions, vec!["1.2.0".to_string()]);
     assert_eq!(w.status.rollback_count, 1);
     assert_eq!(w.reason(UPDATING), reason::ROLLING_BACK);
+    let circuit = find(&w.status.conditions, CIRCUIT_OPEN).unwrap();
+    assert!(circuit.message.starts_with("1 consecutive"), "{circuit:?}");
     assert_eq!(
         w.status.history.last().unwrap().outcome,
         VersionOutcome::RolledBack
