@@ -20,6 +20,10 @@ use crate::{Bench, STRATEGY, objects};
 
 /// The policy, its placement and the workload's namespace.
 const NAME: &str = "bench-auto";
+/// How long a simulated member may take to report a version available. A broken version fails
+/// this long after its first cluster started; a good one must not miss it on a loaded machine
+/// (at 10 s, a loaded run rolled the good version back).
+const HEALTH_TIMEOUT: &str = "30s";
 
 impl Bench {
     /// One policy over members 1..=`size`: a good version, then a broken one.
@@ -65,7 +69,7 @@ impl Bench {
             "spec": {"placementName": NAME,
                      "target": {"kind": "Deployment", "namespace": NAME, "name": "web", "container": "web"},
                      "schedule": "* * * * * *", "versionConstraint": ">=1.0.0, <2",
-                     "stagedRolloutStrategyName": STRATEGY, "healthTimeout": "10s", "maxRollbacks": 3}});
+                     "stagedRolloutStrategyName": STRATEGY, "healthTimeout": HEALTH_TIMEOUT, "maxRollbacks": 3}});
         let policies: Api<AutoUpdatePolicy> = Api::all(client.clone());
         policies.patch(NAME, &apply, &Patch::Apply(&policy)).await?;
         self.wait_policy("the policy to adopt 1.0.0", |s| {
@@ -87,6 +91,7 @@ impl Bench {
                 s.current_version.as_deref() == Some("1.1.0") && s.in_flight.is_none()
             })
             .await?;
+        // (wait_policy fails at once should 1.1.0 be rolled back instead.)
         let mut s = Scenario {
             name: format!("auto-update: a version, {size} members"),
             members: self.sim.members(),
@@ -139,7 +144,7 @@ impl Bench {
             ..Default::default()
         };
         s.notes.push(format!(
-            "pushed → run failed (health timeout 10 s in stage 1) {:.1} s; failed → rolled back everywhere {:.1} s",
+            "pushed → run failed (health timeout {HEALTH_TIMEOUT} in stage 1) {:.1} s; failed → rolled back everywhere {:.1} s",
             failed.saturating_duration_since(pushed).as_secs_f64(),
             back.saturating_duration_since(failed).as_secs_f64()
         ));
@@ -166,6 +171,11 @@ impl Bench {
             if done(&status) {
                 return Ok(Instant::now());
             }
+            anyhow::ensure!(
+                !status.failed_versions.iter().any(|v| v == "1.1.0"),
+                "the good version 1.1.0 was rolled back while waiting for {what}: {:?}",
+                status.history.last()
+            );
             anyhow::ensure!(
                 Instant::now() < deadline,
                 "waited {:?} for {what}; the policy's status: {status:?}",
