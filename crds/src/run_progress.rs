@@ -209,6 +209,8 @@ pub struct ClusterProgress {
     pub reason: String,
     /// Its latest condition's message.
     pub message: String,
+    /// While it updates: what the run waits for (`status...clusters[].progress`).
+    pub progress: Option<String>,
     /// When the run started it.
     pub started: Option<Timestamp>,
     /// When it finished.
@@ -492,6 +494,9 @@ fn cluster(c: &ClusterUpdatingStatus) -> ClusterProgress {
         phase,
         reason: latest.map(|c| c.reason.clone()).unwrap_or_default(),
         message: latest.map(|c| c.message.clone()).unwrap_or_default(),
+        progress: (phase == ClusterPhase::Updating)
+            .then(|| c.progress.clone())
+            .flatten(),
         started: time(c.start_time.as_ref()),
         ended: time(c.end_time.as_ref()),
     }

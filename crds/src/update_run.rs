@@ -31,7 +31,7 @@ pub const METRIC_CHECK_PASSED: &str = "MetricCheckPassed";
 /// clusters the placement no longer selects.
 pub const DELETION_STAGE: &str = "fleethub.dev/delete";
 /// The most clusters one run tracks. Each cluster's progress is kept in the run's status (about
-/// 550 bytes with a 50-character name), and etcd stores at most 1.5 MiB per object: past this a
+/// 550 bytes with a 50-character name, plus at most 120 characters of progress while it updates), and etcd stores at most 1.5 MiB per object: past this a
 /// run could not record its progress at all, so it is refused at initialization instead.
 pub const MAX_RUN_CLUSTERS: usize = 2_000;
 
@@ -281,6 +281,11 @@ pub struct ClusterUpdatingStatus {
     /// When the member reported the Work applied and available.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_time: Option<Time>,
+    /// While the cluster updates: what the run waits for, in the member's words when it has
+    /// reported (a Deployment's replicas, a PhasedRollout's pods rolled and its check), at most
+    /// 120 characters. Cleared once the cluster succeeded or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
 }
 
 /// A stage task's progress.

@@ -143,6 +143,7 @@ pub struct Decoration<'a> {
 pub fn prepare(manifest: &Value, decoration: &Decoration<'_>) -> Value {
     let mut object = manifest.clone();
     sanitize(&mut object);
+    leave_default_partition(&mut object);
     let Some(root) = object.as_object_mut() else {
         return object;
     };
@@ -166,6 +167,29 @@ pub fn prepare(manifest: &Value, decoration: &Decoration<'_>) -> Value {
     }
     root.insert("metadata".into(), Value::Object(meta));
     object
+}
+
+/// Drops a StatefulSet's `spec.updateStrategy.rollingUpdate.partition` when it is 0, the
+/// default the hub's API server fills in. Applying it would make the agent an owner of the
+/// partition and force it back to 0 on every apply, fighting the member's PhasedRollout (which
+/// alone holds and lowers it); left out, the member defaults it to 0 all the same.
+fn leave_default_partition(object: &mut Value) {
+    let is_statefulset = object["kind"] == "StatefulSet"
+        && object["apiVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("apps/"));
+    if !is_statefulset {
+        return;
+    }
+    let Some(rolling) = object
+        .pointer_mut("/spec/updateStrategy/rollingUpdate")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    if rolling.get("partition").and_then(Value::as_i64) == Some(0) {
+        rolling.remove("partition");
+    }
 }
 
 /// Removes `map[key]` and returns it if it is an object, else an empty object.
@@ -371,6 +395,39 @@ mod tests {
             "fleet-member-m.web"
         ));
         assert!(!owned_by(&[], "fleet-member-m.web"));
+    }
+
+    #[test]
+    fn prepare_leaves_a_statefulsets_default_partition_to_the_member() {
+        let decoration = Decoration {
+            placement: "p",
+            work: "ns/w",
+            namespace: Some("app"),
+            owner: None,
+        };
+        let set = |partition: i64| {
+            json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+                   "spec": {"updateStrategy": {"type": "RollingUpdate",
+                                               "rollingUpdate": {"partition": partition, "maxUnavailable": 1}}}})
+        };
+        let prepared = prepare(&set(0), &decoration);
+        assert_eq!(
+            prepared["spec"]["updateStrategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}})
+        );
+        let prepared = prepare(&set(2), &decoration);
+        assert_eq!(
+            prepared["spec"]["updateStrategy"]["rollingUpdate"]["partition"], 2,
+            "a partition the hub sets is the hub's"
+        );
+        let mut other = set(0);
+        other["kind"] = json!("Rollout");
+        other["apiVersion"] = json!("example.dev/v1");
+        let prepared = prepare(&other, &decoration);
+        assert_eq!(
+            prepared["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
+            0
+        );
     }
 
     #[test]

@@ -211,7 +211,11 @@ fn cluster_state(cluster: &ClusterProgress) -> State {
         ClusterPhase::Succeeded => ("Succeeded", Tone::Good),
         ClusterPhase::Failed => ("Failed", Tone::Bad),
     };
-    State::new(label, tone, cluster.message.clone())
+    let message = cluster
+        .progress
+        .clone()
+        .unwrap_or_else(|| cluster.message.clone());
+    State::new(label, tone, message)
 }
 
 fn task_view(task: &TaskProgress) -> TaskView {

@@ -222,7 +222,11 @@ fn cluster_line(c: &ClusterProgress, deletion: bool, style: Style) -> String {
     let (state, colour, detail) = match c.phase {
         ClusterPhase::Succeeded => (if deletion { "Removed" } else { "Succeeded" }, GREEN, None),
         ClusterPhase::Failed => ("Failed", RED, Some(format!("{} ({})", c.message, c.reason))),
-        ClusterPhase::Updating => (if deletion { "Removing" } else { "Updating" }, CYAN, None),
+        ClusterPhase::Updating => (
+            if deletion { "Removing" } else { "Updating" },
+            CYAN,
+            c.progress.clone(),
+        ),
         ClusterPhase::Pending => ("Pending", "", None),
     };
     let mut line = format!(
@@ -235,8 +239,14 @@ fn cluster_line(c: &ClusterProgress, deletion: bool, style: Style) -> String {
         let _ = write!(line, " {times}");
     }
     let mut line = line.trim_end().to_string();
-    if let Some(d) = detail {
-        let _ = write!(line, "\n      why: {d}");
+    match (c.phase, detail) {
+        (ClusterPhase::Updating, Some(d)) => {
+            let _ = write!(line, "\n      now: {d}");
+        }
+        (_, Some(d)) => {
+            let _ = write!(line, "\n      why: {d}");
+        }
+        (_, None) => {}
     }
     line
 }

@@ -252,6 +252,25 @@ fn a_failed_cluster_says_why() {
 }
 
 #[test]
+fn an_updating_cluster_says_what_it_waits_for() {
+    let mut run = waiting_run();
+    let status = run.status.as_mut().unwrap();
+    let cluster = &mut status.stages_status[2].clusters[0];
+    cluster.start_time = Some(Time(t("2026-11-22T08:01:00Z")));
+    cluster.conditions = vec![
+        serde_json::from_value(cond("Started", "True", "x", "", "2026-11-22T08:01:00Z")).unwrap(),
+    ];
+    cluster.progress = Some(
+        "not available yet: phasedrollout app/db: 2/5 pods rolled: before pod 2: check 1/3".into(),
+    );
+    let text = run_detail(&run, &[], t(NOW), plain());
+    assert!(
+        text.contains("member-3                 Updating   since 08:01:00Z\n      now: not available yet: phasedrollout app/db: 2/5 pods rolled: before pod 2: check 1/3"),
+        "{text}"
+    );
+}
+
+#[test]
 fn colours_only_when_asked() {
     let text = run_detail(&waiting_run(), &[], t(NOW), Style { color: true });
     assert!(text.contains("\x1b[33mWaiting\x1b[0m"), "{text}");

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use fleethub_crds::conditions::is_true;
 use fleethub_crds::member_cluster::JOINED;
-use fleethub_crds::{MemberCluster, Placement};
+use fleethub_crds::{MemberCluster, PhasedRollout, Placement};
 use futures::{StreamExt, stream};
 use k8s_openapi::Resource as _;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
@@ -45,6 +45,8 @@ pub fn content_changes(
         watch_kind::<RoleBinding>(client, p(), m()),
         watch_kind::<ClusterRole>(client, p(), m()),
         watch_kind::<ClusterRoleBinding>(client, p(), m()),
+        // Placed with its StatefulSet: a new or changed PhasedRollout is a new snapshot at once.
+        watch_kind::<PhasedRollout>(client, p(), m()),
     ])
     .boxed()
 }

@@ -714,6 +714,11 @@ fn a_cluster_not_available_within_the_health_timeout_fails_with_the_members_reas
     let p = w.step();
     assert_eq!(run_condition(&p, PROGRESSING).0, "True");
     assert_eq!(p.requeue_after, Some(Duration::from_secs(1)));
+    assert_eq!(
+        p.status.stages_status[0].clusters[0].progress.as_deref(),
+        Some("not available yet: deployment app/web: 1/3 replicas ready"),
+        "the member's words reach the run's cluster row"
+    );
     w.now = t(300);
     let p = w.step();
     let (_, reason, message) = run_condition(&p, PROGRESSING);
@@ -727,6 +732,57 @@ fn a_cluster_not_available_within_the_health_timeout_fails_with_the_members_reas
         find(&cluster.conditions, SUCCEEDED).unwrap().reason,
         "ClusterHealthTimeout"
     );
+    assert_eq!(
+        cluster.progress, None,
+        "a failed cluster's row says why instead"
+    );
+}
+
+#[test]
+fn an_updating_clusters_progress_follows_its_work_and_is_cleared_when_done() {
+    let mut w = World::new();
+    w.step();
+    let p = w.step();
+    assert_eq!(
+        p.status.stages_status[0].clusters[0].progress.as_deref(),
+        Some("waiting for the member agent to apply the Work")
+    );
+    let work = w.works.get_mut("stage-a").unwrap();
+    let cond = |status: &str, message: &str| ConditionView {
+        status: status.into(),
+        reason: "WorkloadsNotReady".into(),
+        message: message.into(),
+        observed_generation: work.generation,
+    };
+    let rolled = format!(
+        "phasedrollout app/db: 2/5 pods rolled: before pod 2: check 1/3{}",
+        " (and much more)".repeat(20)
+    );
+    work.applied = Some(cond("True", "applied"));
+    work.available = Some(cond("False", &rolled));
+    work.applied_index = Some(2);
+    let p = w.step();
+    let progress = p.status.stages_status[0].clusters[0]
+        .progress
+        .clone()
+        .unwrap();
+    assert!(
+        progress.starts_with("not available yet: phasedrollout app/db: 2/5 pods rolled"),
+        "{progress}"
+    );
+    assert_eq!(progress.chars().count(), 121, "kept short: {progress}");
+    assert!(progress.ends_with('…'));
+    let work = w.works.get_mut("stage-a").unwrap();
+    work.available = Some(ConditionView {
+        status: "True".into(),
+        reason: "Available".into(),
+        message: "all available".into(),
+        observed_generation: work.generation,
+    });
+    let p = w.step();
+    let cluster = &p.status.stages_status[0].clusters[0];
+    assert!(is_true(&cluster.conditions, SUCCEEDED));
+    assert_eq!(cluster.progress, None);
 }
 
 #[test]

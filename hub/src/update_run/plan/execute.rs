@@ -171,7 +171,10 @@ impl Planner<'_, '_> {
             }
             let deadline = started.checked_add(health_timeout).unwrap_or(started);
             let outcome = match progress {
-                ClusterProgress::Pending(_) if now < deadline => {
+                ClusterProgress::Pending(why) if now < deadline => {
+                    // Shown on the run's cluster row (dashboard, `kubectl fleet run`): a phased
+                    // rollout's pods rolled, a Deployment's replicas, or what has not happened.
+                    self.status.stages_status[i].clusters[j].progress = Some(shorten(why));
                     self.requeue_at(deadline);
                     continue;
                 }
@@ -194,6 +197,7 @@ impl Planner<'_, '_> {
                 ClusterProgress::Done => Ok(()),
             };
             let cluster = &mut self.status.stages_status[i].clusters[j];
+            cluster.progress = None;
             match outcome {
                 Ok(()) => {
                     let c = NewCondition::new(
@@ -321,4 +325,15 @@ fn judge_work(work: Option<&WorkView>, index: i64) -> ClusterProgress {
         };
     }
     ClusterProgress::Pending(format!("not available yet: {}", available.message))
+}
+
+/// The longest progress kept per cluster: a run tracks up to 2,000 clusters in one status, which
+/// etcd limits to 1.5 MiB.
+const PROGRESS_CHARS: usize = 120;
+
+fn shorten(why: String) -> String {
+    match why.char_indices().nth(PROGRESS_CHARS) {
+        Some((end, _)) => format!("{}…", &why[..end]),
+        None => why,
+    }
 }
