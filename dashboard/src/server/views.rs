@@ -379,8 +379,8 @@ mod tests {
     use fleethub_crds::approval;
     use fleethub_crds::strategy::StageTaskType;
     use fleethub_crds::update_run::{
-        APPROVAL_REQUEST_CREATED, ClusterUpdatingStatus, INITIALIZED, PROGRESSING, SUCCEEDED,
-        StageTaskStatus, StageUpdatingStatus, UpdateRunSpec, UpdateRunStatus, reason,
+        APPROVAL_REQUEST_CREATED, CLUSTER_STARTED, ClusterUpdatingStatus, INITIALIZED, PROGRESSING,
+        SUCCEEDED, StageTaskStatus, StageUpdatingStatus, UpdateRunSpec, UpdateRunStatus, reason,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
@@ -453,6 +453,27 @@ mod tests {
             ..Default::default()
         });
         run
+    }
+
+    #[test]
+    fn an_updating_clusters_row_says_what_it_waits_for() {
+        let mut run = waiting_run();
+        let status = run.status.as_mut().unwrap();
+        let cluster = &mut status.stages_status[0].clusters[1];
+        cluster.conditions = vec![cond(
+            CLUSTER_STARTED,
+            TRUE,
+            reason::CLUSTER_STARTED,
+            "started",
+        )];
+        cluster.progress = Some("not available yet: phasedrollout app/db: 2/5 pods rolled".into());
+        let view = super::run(&run, &[]);
+        let row = &view.stages[0].clusters[1].state;
+        assert_eq!(row.label, "Updating");
+        assert_eq!(
+            row.message,
+            "not available yet: phasedrollout app/db: 2/5 pods rolled"
+        );
     }
 
     #[test]
