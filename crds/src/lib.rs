@@ -7,6 +7,7 @@
 
 pub mod applied_work;
 pub mod apply;
+pub mod apply_strategy;
 pub mod approval;
 pub mod auto_update;
 pub mod binding;

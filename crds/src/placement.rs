@@ -162,6 +162,10 @@ pub struct RolloutStrategy {
     /// `RollingUpdate` (default) or `External` (use UpdateRuns).
     #[serde(default, rename = "type")]
     pub type_: RolloutStrategyType,
+    /// How the member agents apply the objects, and what they do and report when a member's
+    /// object differs from the hub's (drift, takeover, report-only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply_strategy: Option<crate::apply_strategy::ApplyStrategy>,
 }
 
 /// Observed state of a placement.

@@ -8,6 +8,7 @@ use kube::core::{ListMerge, Rule};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+use crate::apply_strategy::{ApplyStrategy, DriftCorrection, ManifestDrift};
 use crate::schema::embedded_objects;
 
 /// Condition type: every manifest was applied to the member.
@@ -45,6 +46,15 @@ pub mod reason {
     pub const MANIFEST_AVAILABLE: &str = "Available";
     /// A manifest's `Available=False`: its workload is not ready.
     pub const MANIFEST_NOT_READY: &str = "WorkloadNotReady";
+    /// `Applied=False` (the Work's and a manifest's): an object changed on the member is left as
+    /// the member has it (`whenToApply: IfNotDrifted`).
+    pub const DRIFTED: &str = "Drifted";
+    /// `Applied=False` (the Work's and a manifest's): an object that existed on the member before
+    /// the fleet was not taken over (`whenToTakeOver`).
+    pub const TAKEOVER_REFUSED: &str = "TakeoverRefused";
+    /// `Applied=True` and `Available=True` under `type: ReportDiff`: nothing is applied; the
+    /// differences are reported per manifest.
+    pub const DIFF_REPORTED: &str = "DiffReported";
 }
 
 /// The manifests one member cluster must apply for one Binding. Lives in the hub namespace
@@ -105,6 +115,10 @@ pub struct WorkSpec {
     )]
     #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("healthTimeout must be longer than 0s"))]
     pub health_timeout: Option<String>,
+    /// How the agent applies the objects and treats objects that differ on the member (the
+    /// placement's `spec.strategy.applyStrategy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply_strategy: Option<ApplyStrategy>,
     /// The objects to apply.
     pub workload: WorkloadTemplate,
 }
@@ -146,6 +160,19 @@ pub struct ManifestCondition {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+    /// How the member's object differs from the hub's while it is left so (drifted under
+    /// `whenToApply: IfNotDrifted`, diffed under `type: ReportDiff`, or a pre-existing object
+    /// not taken over).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<ManifestDrift>,
+    /// The last time the agent restored the hub's values on this object after it drifted on the
+    /// member, and what the member had.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_correction: Option<DriftCorrection>,
+    /// A hash of the object as last applied (the agent skips an unchanged object that did not
+    /// drift).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_hash: Option<String>,
 }
 
 /// Identifies one manifest of a Work.

@@ -7,12 +7,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fleethub_crds::apply_strategy::ApplyStrategy;
 use fleethub_crds::binding::{
     APPLIED, AVAILABLE, BindingState, BindingStatus, WORK_SYNCHRONIZED, reason,
 };
 use fleethub_crds::conditions::{FALSE, NewCondition, TRUE, find, set_condition};
 use fleethub_crds::work::{WorkSpec, WorkStatus, WorkloadTemplate};
-use fleethub_crds::{Binding, ResourceSnapshot, Work, field_manager, names};
+use fleethub_crds::{Binding, Placement, ResourceSnapshot, Work, field_manager, names};
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
@@ -33,6 +34,8 @@ struct Context {
     clock: Arc<dyn Clock>,
     /// Every Work, kept current by the watch that also triggers the Works' Bindings.
     works: Store<Work>,
+    /// Every Placement: its `applyStrategy` goes into its Works, at once when it changes.
+    placements: Store<Placement>,
 }
 
 /// Whether `work` already is what this controller would apply for `index` and `timeout`, so
@@ -40,7 +43,12 @@ struct Context {
 /// restart) makes no request to read the snapshot or write the Work. The Work's managed fields
 /// say who wrote its spec: only this controller may have (the agent writes the status and a
 /// finalizer); anyone else's edit of the spec makes it stale, and the apply takes it back.
-fn up_to_date(work: &Work, index: i64, timeout: &Option<String>) -> bool {
+fn up_to_date(
+    work: &Work,
+    index: i64,
+    timeout: &Option<String>,
+    strategy: &Option<ApplyStrategy>,
+) -> bool {
     let entries = work.metadata.managed_fields.as_deref().unwrap_or_default();
     let writes_spec = |e: &&ManagedFieldsEntry| {
         e.subresource.as_deref().unwrap_or_default().is_empty()
@@ -54,6 +62,7 @@ fn up_to_date(work: &Work, index: i64, timeout: &Option<String>) -> bool {
         .partition(|e| e.manager.as_deref() == Some(field_manager::WORK_GENERATOR));
     work.spec.resource_snapshot_index == index
         && work.spec.health_timeout == *timeout
+        && work.spec.apply_strategy == *strategy
         && work.metadata.deletion_timestamp.is_none()
         && !ours.is_empty()
         && others.is_empty()
@@ -75,16 +84,33 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let (works, works_writer) = reflector::store::<Work>();
+    let (placements, placements_writer) = reflector::store::<Placement>();
     let ctx = Arc::new(Context {
         client: client.clone(),
         clock,
         works,
+        placements,
     });
-    fleethub_runtime::controller_for(Api::<Binding>::all(client.clone()))
+    let controller = fleethub_runtime::controller_for(Api::<Binding>::all(client.clone()));
+    let bindings = controller.store();
+    controller
         .owns_stream(fleethub_runtime::reflected_stream(
-            Api::<Work>::all(client),
+            Api::<Work>::all(client.clone()),
             works_writer,
         ))
+        // A placement's applyStrategy reaches its Works without a new snapshot or run.
+        .watches_stream(
+            fleethub_runtime::reflected_stream(Api::<Placement>::all(client), placements_writer),
+            move |p: Placement| {
+                let name = p.name_any();
+                bindings
+                    .state()
+                    .iter()
+                    .filter(|b| b.spec.placement_name == name)
+                    .map(|b| ObjectRef::from_obj(b.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(
             |o, c| crate::error::bounded(reconcile(o, c)),
@@ -136,8 +162,9 @@ async fn snapshot_manifests(
 #[tracing::instrument(skip_all, fields(binding = %binding.name_any()))]
 async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let work = observe(&ctx, &binding).await?;
-    let step = plan(&binding, work.as_deref());
-    let outcome = act(&ctx, &binding, step, work).await?;
+    let strategy = apply_strategy(&ctx, &binding).await;
+    let step = plan(&binding, work.as_deref(), &strategy);
+    let outcome = act(&ctx, &binding, step, work, strategy).await?;
     report(&ctx, &binding, &outcome).await?;
     Ok(outcome.requeue)
 }
@@ -154,6 +181,18 @@ async fn observe(ctx: &Context, binding: &Binding) -> Result<Option<Arc<Work>>, 
     Ok(works.get_opt(&name).await?.map(Arc::new))
 }
 
+/// The applyStrategy of `binding`'s placement (none while the placement is not known: a
+/// Work written meanwhile is rewritten once the cache has it).
+async fn apply_strategy(ctx: &Context, binding: &Binding) -> Option<ApplyStrategy> {
+    let name = &binding.spec.placement_name;
+    if !fleethub_runtime::ready_within(CACHE_WAIT, ctx.placements.wait_until_ready()).await {
+        tracing::debug!(placement = %name, "placement cache not ready; Work written without its applyStrategy");
+    }
+    ctx.placements
+        .get(&ObjectRef::new(name))
+        .and_then(|p| p.spec.strategy.as_ref()?.apply_strategy.clone())
+}
+
 /// What to do with a binding's Work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Step {
@@ -168,11 +207,11 @@ enum Step {
 }
 
 /// What to do with `binding`'s `work`.
-fn plan(binding: &Binding, work: Option<&Work>) -> Step {
+fn plan(binding: &Binding, work: Option<&Work>, strategy: &Option<ApplyStrategy>) -> Step {
     let timeout = &binding.spec.health_timeout;
     match (binding.spec.state, binding.spec.resource_snapshot_index) {
         (BindingState::Bound, Some(index))
-            if work.is_some_and(|w| up_to_date(w, index, timeout)) =>
+            if work.is_some_and(|w| up_to_date(w, index, timeout, strategy)) =>
         {
             Step::Keep(index)
         }
@@ -204,6 +243,7 @@ async fn act(
     binding: &Binding,
     step: Step,
     work: Option<Arc<Work>>,
+    strategy: Option<ApplyStrategy>,
 ) -> Result<Outcome, Error> {
     let (namespace, name) = work_ref(binding);
     let cluster = &binding.spec.target_cluster;
@@ -235,7 +275,7 @@ async fn act(
                 let message = format!("ResourceSnapshot {snapshot} does not exist");
                 return Ok(outcome(work, FALSE, reason::SNAPSHOT_NOT_FOUND, message));
             };
-            let desired = desired_work(binding, index, manifests);
+            let desired = desired_work(binding, index, manifests, strategy);
             let params = PatchParams::apply(field_manager::WORK_GENERATOR).force();
             match works.patch(&name, &params, &Patch::Apply(&desired)).await {
                 Ok(applied) => {
@@ -311,7 +351,12 @@ fn work_ref(binding: &Binding) -> (String, String) {
 }
 
 /// The Work this controller applies for `binding` at snapshot `index` with its `manifests`.
-fn desired_work(binding: &Binding, index: i64, manifests: Vec<serde_json::Value>) -> Work {
+fn desired_work(
+    binding: &Binding,
+    index: i64,
+    manifests: Vec<serde_json::Value>,
+    apply_strategy: Option<ApplyStrategy>,
+) -> Work {
     let (namespace, name) = work_ref(binding);
     let placement = &binding.spec.placement_name;
     Work {
@@ -332,6 +377,7 @@ fn desired_work(binding: &Binding, index: i64, manifests: Vec<serde_json::Value>
             placement_name: placement.clone(),
             resource_snapshot_index: index,
             health_timeout: binding.spec.health_timeout.clone(),
+            apply_strategy,
             workload: WorkloadTemplate { manifests },
         },
         status: None,
@@ -445,22 +491,38 @@ mod tests {
             v
         };
 
-        assert!(up_to_date(&work(3, Some("30s"), all(vec![])), 3, &timeout));
+        assert!(up_to_date(
+            &work(3, Some("30s"), all(vec![])),
+            3,
+            &timeout,
+            &None
+        ));
         // Another index or health timeout: apply.
-        assert!(!up_to_date(&work(2, Some("30s"), all(vec![])), 3, &timeout));
-        assert!(!up_to_date(&work(3, None, all(vec![])), 3, &timeout));
+        assert!(!up_to_date(
+            &work(2, Some("30s"), all(vec![])),
+            3,
+            &timeout,
+            &None
+        ));
+        assert!(!up_to_date(&work(3, None, all(vec![])), 3, &timeout, &None));
         // Someone else edited the spec: apply, which takes it back.
         assert!(!up_to_date(
             &work(3, Some("30s"), all(vec![edit])),
             3,
-            &timeout
+            &timeout,
+            &None
         ));
         // Not written by this controller at all (e.g. created by hand): apply.
         let theirs = vec![
             agent_finalizer.clone(),
             entry("kubectl", "", json!({"f:spec": {}})),
         ];
-        assert!(!up_to_date(&work(3, Some("30s"), theirs), 3, &timeout));
+        assert!(!up_to_date(
+            &work(3, Some("30s"), theirs),
+            3,
+            &timeout,
+            &None
+        ));
     }
 
     fn binding(state: BindingState, index: Option<i64>) -> Binding {
@@ -481,6 +543,27 @@ mod tests {
     }
 
     #[test]
+    fn a_changed_apply_strategy_rewrites_the_work() {
+        let ours = entry(
+            field_manager::WORK_GENERATOR,
+            "",
+            json!({"f:spec": {"f:resourceSnapshotIndex": {}}}),
+        );
+        let current = work(3, Some("30s"), vec![ours]);
+        let bound = binding(BindingState::Bound, Some(3));
+        let never = Some(ApplyStrategy {
+            when_to_take_over: Some(fleethub_crds::apply_strategy::WhenToTakeOver::Never),
+            ..Default::default()
+        });
+        assert_eq!(plan(&bound, Some(&current), &never), Step::Apply(3));
+        let w = desired_work(&bound, 3, vec![], never.clone());
+        assert_eq!(
+            serde_json::to_value(&w).unwrap()["spec"]["applyStrategy"],
+            json!({"whenToTakeOver": "Never"})
+        );
+    }
+
+    #[test]
     fn the_plan_follows_the_binding_state_and_the_work() {
         let ours = entry(
             field_manager::WORK_GENERATOR,
@@ -489,14 +572,14 @@ mod tests {
         );
         let current = work(3, Some("30s"), vec![ours]);
         let bound = binding(BindingState::Bound, Some(3));
-        assert_eq!(plan(&bound, Some(&current)), Step::Keep(3));
-        assert_eq!(plan(&bound, None), Step::Apply(3));
+        assert_eq!(plan(&bound, Some(&current), &None), Step::Keep(3));
+        assert_eq!(plan(&bound, None, &None), Step::Apply(3));
         let moved = binding(BindingState::Bound, Some(4));
-        assert_eq!(plan(&moved, Some(&current)), Step::Apply(4));
+        assert_eq!(plan(&moved, Some(&current), &None), Step::Apply(4));
         let scheduled = binding(BindingState::Scheduled, None);
-        assert_eq!(plan(&scheduled, Some(&current)), Step::Wait);
+        assert_eq!(plan(&scheduled, Some(&current), &None), Step::Wait);
         let unscheduled = binding(BindingState::Unscheduled, Some(3));
-        assert_eq!(plan(&unscheduled, Some(&current)), Step::Remove);
+        assert_eq!(plan(&unscheduled, Some(&current), &None), Step::Remove);
     }
 
     #[test]
@@ -505,7 +588,7 @@ mod tests {
         b.spec.health_timeout = None;
         let manifest =
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app"}});
-        let w = desired_work(&b, 3, vec![manifest.clone()]);
+        let w = desired_work(&b, 3, vec![manifest.clone()], None);
         let v = serde_json::to_value(&w).unwrap();
         assert_eq!(
             v,

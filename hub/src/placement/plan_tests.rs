@@ -35,7 +35,10 @@ fn placement(strategy: RolloutStrategyType, policy: Value) -> Placement {
             )
             .unwrap(),
             policy: serde_json::from_value(policy).unwrap(),
-            strategy: Some(RolloutStrategy { type_: strategy }),
+            strategy: Some(RolloutStrategy {
+                type_: strategy,
+                apply_strategy: None,
+            }),
             revision_history_limit: None,
         },
     );

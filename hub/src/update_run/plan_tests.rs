@@ -43,6 +43,7 @@ fn external_placement() -> Placement {
         PlacementSpec {
             strategy: Some(RolloutStrategy {
                 type_: RolloutStrategyType::External,
+                apply_strategy: None,
             }),
             ..Default::default()
         },
