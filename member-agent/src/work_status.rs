@@ -225,6 +225,7 @@ fn manifest_condition(
     ManifestCondition {
         identifier: report.identifier.clone(),
         conditions: conds,
+        ..Default::default()
     }
 }
 
