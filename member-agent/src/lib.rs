@@ -16,12 +16,14 @@
 pub mod apply_order;
 pub mod availability;
 pub mod cleanup;
+pub mod drift;
 pub use fleethub_runtime::clock;
 pub mod error;
 pub mod heartbeat;
 pub mod kind_resolver;
 pub mod manifest;
 pub mod member_crds;
+pub mod member_objects;
 pub mod metrics;
 pub mod phased;
 pub mod quantity;

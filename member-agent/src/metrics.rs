@@ -26,6 +26,9 @@ pub struct Metrics {
     reconcile_errors: Family<Labels, Counter>,
     heartbeats: Family<Labels, Counter>,
     last_heartbeat: Gauge<f64, AtomicU64>,
+    drift_corrections: Family<Labels, Counter>,
+    objects_left_different: Family<Labels, Counter>,
+    skipped: Counter,
     live: Arc<Live>,
 }
 
@@ -82,8 +85,26 @@ impl Metrics {
             reconcile_errors: Family::default(),
             heartbeats: Family::default(),
             last_heartbeat: Gauge::default(),
+            drift_corrections: Family::default(),
+            objects_left_different: Family::default(),
+            skipped: Counter::default(),
             live: Arc::new(Live::default()),
         };
+        registry.register(
+            "drift_corrections",
+            "Objects changed or deleted on the member that the agent restored to the hub's values, by kind",
+            m.drift_corrections.clone(),
+        );
+        registry.register(
+            "objects_left_different",
+            "Times the agent found an object differing from the hub's and left it so (Drifted under whenToApply IfNotDrifted, Diffed under ReportDiff, TakeoverRefused), by reason",
+            m.objects_left_different.clone(),
+        );
+        registry.register(
+            "applies_skipped",
+            "Manifests not applied because neither the hub's object nor the member's changed",
+            m.skipped.clone(),
+        );
         registry.register(
             "applies",
             "Server-side applies of manifests to the member cluster, by result",
@@ -127,6 +148,25 @@ impl Metrics {
             }
         }
         m
+    }
+
+    /// Counts a drifted object restored to the hub's values.
+    pub fn drift_corrected(&self, kind: &str) {
+        self.drift_corrections
+            .get_or_create(&vec![("kind".to_string(), kind.to_string())])
+            .inc();
+    }
+
+    /// Counts an object left differing from the hub's (`Drifted`, `Diffed`, `TakeoverRefused`).
+    pub fn left_different(&self, reason: &str) {
+        self.objects_left_different
+            .get_or_create(&vec![("reason".to_string(), reason.to_string())])
+            .inc();
+    }
+
+    /// Counts a manifest not applied because nothing changed.
+    pub fn apply_skipped(&self) {
+        self.skipped.inc();
     }
 
     /// Counts one apply and its latency.

@@ -5,9 +5,18 @@
 //! in dependency order ([`apply_order`]) → delete what left the Work → plan the status
 //! ([`work_status`]) and write it if it changed.
 //!
-//! It runs when the Work changes, when an applied workload (Deployment, StatefulSet, DaemonSet,
-//! Job carrying the placement label) or the Work's AppliedWork changes on the member, at the
-//! health deadline, and every resync period to correct drift.
+//! It runs when the Work changes, when any object applied for it changes or is deleted on the
+//! member ([`MemberObjects`]: a watch per applied kind), when a PhasedRollout or the Work's
+//! AppliedWork changes, at the health deadline, and every resync period. It runs at once: no
+//! delay is put in front of a change. A storm of events is coalesced by the controller (one
+//! reconcile of a Work runs at a time; the events meanwhile make one more).
+//!
+//! Each manifest is decided by [`drift::decide`] from the member's object (from the watch's
+//! cache, else a GET), the Work's `applyStrategy` and whether the hub's object changed since it
+//! was last applied (`appliedHash` in the Work's status): an object that neither the hub nor a
+//! person changed is not applied again; drift is restored (`whenToApply: Always`) or left and
+//! reported; a pre-existing object is taken over per `whenToTakeOver`; `ReportDiff` applies
+//! nothing.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,30 +25,35 @@ use fleethub_crds::Work;
 use fleethub_crds::applied_work::{
     AppliedResource, AppliedWork, WORK_ANNOTATION, WORK_NAMESPACE_LABEL,
 };
+use fleethub_crds::apply_strategy::{ApplyStrategy, DriftType, FieldDiff};
 use fleethub_crds::field_manager::MEMBER_AGENT;
 use fleethub_crds::names::PLACEMENT_LABEL;
 use fleethub_crds::work::DEFAULT_HEALTH_TIMEOUT;
 use fleethub_crds::work::ManifestIdentifier;
+use fleethub_crds::work::reason as work_reason;
 use fleethub_runtime::Health;
 use fleethub_runtime::retry::{Backoff, ERROR_BACKOFF, FailureBackoff};
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{self, Action};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::apply_order::{OrderKey, apply_order};
 use crate::availability;
 use crate::clock::Clock;
+use crate::drift::{self, Decision, Member};
 use crate::error::{describe as api_message, is_not_found};
 use crate::kind_resolver::{KindResolver, ResolvedKind};
 use crate::manifest::{self, Decoration, ParsedManifest, describe, owned_by};
+use crate::member_objects::{Cached, MemberObjects};
 use crate::metrics::Metrics;
 use crate::work_status::{self, ManifestReport, StatusInput};
 use crate::{Error, cleanup, readiness};
@@ -70,6 +84,16 @@ pub struct Context {
     pub resync_period: Duration,
     /// Consecutive failures per Work, for retry backoff only (nothing is decided from it).
     failures: FailureBackoff<String>,
+    /// The member's fleet-managed objects, watched per kind.
+    pub objects: Arc<MemberObjects>,
+    /// Changes of those objects, as their Works: taken by [`run`].
+    changes: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<ObjectRef<Work>>>>,
+    /// Events on the member's objects (a drift corrected or left).
+    member_events: Recorder,
+    /// Events on the hub's Works.
+    hub_events: Recorder,
+    /// Stops the member object watches.
+    stop_watches: CancellationToken,
 }
 
 impl Context {
@@ -82,8 +106,21 @@ impl Context {
         metrics: Metrics,
         resync_period: Duration,
     ) -> Self {
+        let stop_watches = CancellationToken::new();
+        let ns = namespace.clone();
+        let (objects, changes) = MemberObjects::new(
+            member.clone(),
+            move |o| work_of(&o.metadata, &ns),
+            stop_watches.clone(),
+        );
+        let reporter = Reporter {
+            controller: "fleethub-member-agent".into(),
+            instance: Some(namespace.clone()),
+        };
         Self {
             kinds: KindResolver::new(member.clone()),
+            member_events: Recorder::new(member.clone(), reporter.clone()),
+            hub_events: Recorder::new(hub.clone(), reporter),
             hub,
             member,
             namespace,
@@ -91,6 +128,9 @@ impl Context {
             metrics,
             resync_period,
             failures: FailureBackoff::new(ERROR_BACKOFF),
+            objects,
+            changes: std::sync::Mutex::new(Some(changes)),
+            stop_watches,
         }
     }
 }
@@ -109,8 +149,31 @@ pub struct AppliedObject {
 pub struct ManifestOutcome {
     /// Which manifest (with the namespace it is applied into, once its kind is known).
     pub identifier: ManifestIdentifier,
-    /// The applied object, or why it could not be applied (naming the object).
+    /// The member's object (applied, or already as the hub has it, or under `ReportDiff` as
+    /// the member has it), or why it is not applied (naming the object).
     pub result: Result<AppliedObject, String>,
+    /// Why it is not applied when the strategy says so (`Drifted`, `TakeoverRefused`); `None`
+    /// for an error.
+    pub refusal: Option<&'static str>,
+    /// How the member's object differs from the hub's while it is left so.
+    pub drift: Option<(DriftType, usize, Vec<FieldDiff>)>,
+    /// The drift this reconcile undid.
+    pub correction: Option<Vec<FieldDiff>>,
+    /// The hash of the hub's object, when the member now has it (applied or unchanged).
+    pub hash: Option<String>,
+}
+
+impl ManifestOutcome {
+    fn failed(identifier: ManifestIdentifier, message: String) -> Self {
+        ManifestOutcome {
+            identifier,
+            result: Err(message),
+            refusal: None,
+            drift: None,
+            correction: None,
+            hash: None,
+        }
+    }
 }
 
 /// The Work that applied object `meta` belongs to, if it is one of `namespace`'s.
@@ -127,43 +190,25 @@ fn work_of(meta: &ObjectMeta, namespace: &str) -> Option<ObjectRef<Work>> {
 /// [`readiness::WORKS_SYNCED`] once the Works have been listed.
 pub async fn run(ctx: Arc<Context>, health: Health, shutdown: CancellationToken) {
     let works: Api<Work> = Api::namespaced(ctx.hub.clone(), &ctx.namespace);
-    let workloads = fleethub_runtime::watcher_config().labels(PLACEMENT_LABEL);
+    let mut changes = ctx
+        .changes
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()
+        .expect("work_applier::run runs once per Context");
+    let member_changes = futures::stream::poll_fn(move |cx| changes.poll_recv(cx));
     let ns = ctx.namespace.clone();
-    let mapper = move |meta: &ObjectMeta| work_of(meta, &ns);
-    let (m1, m2, m3, m4, m5) = (
-        mapper.clone(),
-        mapper.clone(),
-        mapper.clone(),
-        mapper.clone(),
-        mapper,
-    );
     let member = &ctx.member;
     let controller = fleethub_runtime::controller_for(works)
-        .watches(
-            Api::<Deployment>::all(member.clone()),
-            workloads.clone(),
-            move |o| m1(&o.metadata),
-        )
-        .watches(
-            Api::<StatefulSet>::all(member.clone()),
-            workloads.clone(),
-            move |o| m2(&o.metadata),
-        )
-        .watches(
-            Api::<DaemonSet>::all(member.clone()),
-            workloads.clone(),
-            move |o| m3(&o.metadata),
-        )
-        .watches(
-            Api::<Job>::all(member.clone()),
-            workloads.clone(),
-            move |o| m4(&o.metadata),
-        )
-        // A phased rollout's progress decides its Work's availability.
+        // Any change or deletion of an applied object, of any kind (drift, a workload's
+        // progress), reconciles its Work at once.
+        .reconcile_on(member_changes)
+        // A phased rollout's progress decides its Work's availability (the agent's own
+        // PhasedRollout controller writes it; it may not be among the Work's manifests).
         .watches(
             Api::<fleethub_crds::PhasedRollout>::all(member.clone()),
-            workloads,
-            move |o| m5(&o.metadata),
+            fleethub_runtime::watcher_config().labels(PLACEMENT_LABEL),
+            move |o| work_of(&o.metadata, &ns),
         )
         .watches(
             Api::<AppliedWork>::all(member.clone()),
@@ -171,8 +216,6 @@ pub async fn run(ctx: Arc<Context>, health: Health, shutdown: CancellationToken)
                 .labels(&format!("{WORK_NAMESPACE_LABEL}={}", ctx.namespace)),
             |aw| Some(ObjectRef::new(&aw.spec.work_name).within(&aw.spec.work_namespace)),
         )
-        // Workload status changes come in bursts; one reconcile per burst is enough.
-        .with_config(controller::Config::default().debounce(Duration::from_millis(500)))
         .graceful_shutdown_on(shutdown.cancelled_owned());
 
     let store = controller.store();
@@ -201,6 +244,7 @@ pub async fn run(ctx: Arc<Context>, health: Health, shutdown: CancellationToken)
         }
     });
 
+    let stop_watches = ctx.stop_watches.clone();
     controller
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -213,6 +257,7 @@ pub async fn run(ctx: Arc<Context>, health: Health, shutdown: CancellationToken)
         })
         .await;
     synced.abort();
+    stop_watches.cancel();
 }
 
 fn error_policy(work: Arc<Work>, error: &Error, ctx: Arc<Context>) -> Action {
@@ -259,12 +304,17 @@ async fn reconcile(work: Arc<Work>, ctx: Arc<Context>) -> Result<Action, Error> 
         let reports: Vec<ManifestReport> = outcomes
             .iter()
             .map(|o| ManifestReport {
-                identifier: o.identifier.clone(),
-                outcome: o
-                    .result
-                    .as_ref()
-                    .map(|a| availability::readiness(&a.object))
-                    .map_err(Clone::clone),
+                refusal: o.refusal,
+                drift: o.drift.clone(),
+                correction: o.correction.clone(),
+                hash: o.hash.clone(),
+                ..ManifestReport::new(
+                    o.identifier.clone(),
+                    o.result
+                        .as_ref()
+                        .map(|a| availability::readiness(&a.object))
+                        .map_err(Clone::clone),
+                )
             })
             .collect();
         let plan = work_status::plan(&StatusInput {
@@ -274,6 +324,11 @@ async fn reconcile(work: Arc<Work>, ctx: Arc<Context>) -> Result<Action, Error> 
             health_timeout: health_timeout(&work, &key),
             reports: &reports,
             now: ctx.clock.now(),
+            report_only: work
+                .spec
+                .apply_strategy
+                .as_ref()
+                .is_some_and(ApplyStrategy::report_only),
         });
         write_status(&work, &plan.status, &ctx).await?;
         pruned?;
@@ -384,18 +439,28 @@ async fn apply_manifests(
         })
         .collect();
 
+    let default_strategy = ApplyStrategy::default();
+    let empty = Vec::new();
     let target = Target {
         work: &key,
         placement: &work.spec.placement_name,
         applied_work,
+        strategy: work
+            .spec
+            .apply_strategy
+            .as_ref()
+            .unwrap_or(&default_strategy),
+        previous: work
+            .status
+            .as_ref()
+            .map_or(&empty, |s| &s.manifest_conditions),
     };
     let mut outcomes: Vec<Option<ManifestOutcome>> = vec![None; parsed.len()];
     for i in apply_order(&keys) {
         outcomes[i] = Some(match &parsed[i] {
-            Err(invalid) => ManifestOutcome {
-                identifier: invalid.identifier.clone(),
-                result: Err(invalid.message.clone()),
-            },
+            Err(invalid) => {
+                ManifestOutcome::failed(invalid.identifier.clone(), invalid.message.clone())
+            }
             Ok(m) => apply_one(m, kinds[i].take(), &target, ctx).await,
         });
     }
@@ -410,6 +475,20 @@ struct Target<'a> {
     placement: &'a str,
     /// Its AppliedWork.
     applied_work: &'a AppliedWork,
+    /// Its apply strategy.
+    strategy: &'a ApplyStrategy,
+    /// Its manifests' status as last reported (their `appliedHash`, drift first seen).
+    previous: &'a Vec<fleethub_crds::work::ManifestCondition>,
+}
+
+/// The hash recorded for a manifest: of the hub's object and the placement it is applied for.
+fn manifest_hash(manifest: &Value, placement: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(placement.as_bytes());
+    hasher.update([0]);
+    hasher.update(manifest.to_string().as_bytes());
+    let digest = hasher.finalize();
+    digest[..12].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Applies one manifest; the outcome's error names the object and the API server's message.
@@ -423,10 +502,7 @@ async fn apply_one(
     let written = describe(&m.kind, m.namespace.as_deref(), &m.name);
     let fail = |identifier: ManifestIdentifier, message: String| {
         tracing::warn!(work = %target.work, object = %written, error = %message, "apply failed");
-        ManifestOutcome {
-            identifier,
-            result: Err(message),
-        }
+        ManifestOutcome::failed(identifier, message)
     };
     let kind = match known {
         Some(k) => k,
@@ -453,18 +529,40 @@ async fn apply_one(
         None => Api::all_with(ctx.member.clone(), &kind.resource),
     };
 
-    let existing = match api.get_opt(&m.name).await {
-        Ok(existing) => existing,
-        Err(e) => return fail(identifier, format!("{object}: {}", api_message(&e))),
+    // The member's object: from the watch's cache when it has it (no API call), else asked.
+    ctx.objects.watch(&kind);
+    let existing: Option<Value> = match ctx.objects.get(&kind, namespace.as_deref(), &m.name) {
+        Cached::Present(v) => Some(v),
+        Cached::Absent | Cached::Unknown => match api.get_opt(&m.name).await {
+            Ok(existing) => match existing.map(|o| serde_json::to_value(&o)).transpose() {
+                Ok(v) => v,
+                Err(source) => {
+                    let e = Error::Json {
+                        what: object.clone(),
+                        source,
+                    };
+                    return fail(identifier, e.to_string());
+                }
+            },
+            Err(e) => return fail(identifier, format!("{object}: {}", api_message(&e))),
+        },
     };
     let applied_work_name = target.applied_work.name_any();
+    let owners: Vec<OwnerReference> = existing
+        .as_ref()
+        .and_then(|o| serde_json::from_value(o["metadata"]["ownerReferences"].clone()).ok())
+        .unwrap_or_default();
+    let ours = owned_by(&owners, &applied_work_name);
+    let managed_by_agent = existing.as_ref().is_some_and(|o| {
+        o["metadata"]["managedFields"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|e| e["manager"] == MEMBER_AGENT))
+    });
     // The agent owns what it creates, and only that: an object that existed before is applied
     // without an owner reference, so deleting the Work never deletes it.
     let owner = match &existing {
         None => manifest::owner_reference(target.applied_work),
-        Some(o) if owned_by(o.owner_references(), &applied_work_name) => {
-            manifest::owner_reference(target.applied_work)
-        }
+        Some(_) if ours => manifest::owner_reference(target.applied_work),
         Some(_) => None,
     };
     let body = manifest::prepare(
@@ -476,6 +574,89 @@ async fn apply_one(
             owner,
         },
     );
+    let hash = manifest_hash(&m.object, target.placement);
+    let previous = target
+        .previous
+        .iter()
+        .find(|p| p.identifier == identifier)
+        .and_then(|p| p.applied_hash.as_deref());
+    let decision = drift::decide(
+        target.strategy,
+        body,
+        Member {
+            object: existing.as_ref(),
+            fleet_managed: ours || managed_by_agent,
+        },
+        previous != Some(hash.as_str()),
+        previous.is_some(),
+    );
+    let resource = AppliedResource {
+        group: m.group.clone(),
+        version: m.version.clone(),
+        kind: m.kind.clone(),
+        resource: kind.resource.plural.clone(),
+        namespace: namespace.clone(),
+        name: m.name.clone(),
+    };
+    let outcome = |result, hash| ManifestOutcome {
+        identifier: identifier.clone(),
+        result,
+        refusal: None,
+        drift: None,
+        correction: None,
+        hash,
+    };
+    let (body, correction) = match decision {
+        Decision::Unchanged => {
+            ctx.metrics.apply_skipped();
+            let object = existing.unwrap_or(Value::Null);
+            return outcome(Ok(AppliedObject { resource, object }), Some(hash));
+        }
+        Decision::Leave { why, count, fields } => {
+            ctx.metrics.left_different(why.as_str());
+            let first = fields.first().map_or(String::new(), describe_diff);
+            let more = if count > 1 {
+                format!(" (and {} more fields)", count - 1)
+            } else {
+                String::new()
+            };
+            let (refusal, message) = match why {
+                DriftType::Drifted => (
+                    Some(work_reason::DRIFTED),
+                    format!(
+                        "{object} was changed on the member and is left so (whenToApply: IfNotDrifted): {first}{more}"
+                    ),
+                ),
+                DriftType::TakeoverRefused => (
+                    Some(work_reason::TAKEOVER_REFUSED),
+                    format!(
+                        "{object} existed on the member before the fleet and is not taken over (whenToTakeOver: {:?}){}{first}{more}",
+                        target.strategy.when_to_take_over(),
+                        if first.is_empty() { "" } else { ": " }
+                    ),
+                ),
+                DriftType::Diffed => (None, String::new()),
+            };
+            let left = ManifestOutcome {
+                drift: Some((why, count, fields)),
+                ..outcome(
+                    match refusal {
+                        Some(_) => Err(message.clone()),
+                        None => Ok(AppliedObject {
+                            resource,
+                            object: existing.unwrap_or(Value::Null),
+                        }),
+                    },
+                    None,
+                )
+            };
+            if refusal.is_some() {
+                tracing::info!(work = %target.work, %object, reason = why.as_str(), "{message}");
+            }
+            return ManifestOutcome { refusal, ..left };
+        }
+        Decision::Apply { body, correction } => (body, correction),
+    };
     let started = Instant::now();
     let result = api
         .patch(
@@ -501,6 +682,18 @@ async fn apply_one(
     } else {
         tracing::debug!(work = %target.work, %object, "applied");
     }
+    if let Some(fields) = &correction {
+        ctx.metrics.drift_corrected(&m.kind);
+        let what = fields
+            .iter()
+            .take(3)
+            .map(describe_diff)
+            .collect::<Vec<_>>()
+            .join("; ");
+        let note = format!("restored the hub's values of {object} (changed on the member: {what})");
+        tracing::info!(work = %target.work, %object, "{note}");
+        record_correction(ctx, &applied, target.work, &note).await;
+    }
     let value = match serde_json::to_value(&applied) {
         Ok(v) => v,
         Err(source) => {
@@ -512,18 +705,64 @@ async fn apply_one(
         }
     };
     ManifestOutcome {
-        identifier,
-        result: Ok(AppliedObject {
-            resource: AppliedResource {
-                group: m.group.clone(),
-                version: m.version.clone(),
-                kind: m.kind.clone(),
-                resource: kind.resource.plural.clone(),
-                namespace,
-                name: m.name.clone(),
-            },
-            object: value,
-        }),
+        correction,
+        ..outcome(
+            Ok(AppliedObject {
+                resource,
+                object: value,
+            }),
+            Some(hash),
+        )
+    }
+}
+
+/// `spec.replicas: 5 on the member, 2 on the hub`.
+fn describe_diff(d: &FieldDiff) -> String {
+    let value = |v: &Option<String>| v.clone().unwrap_or_else(|| "absent".to_string());
+    if d.path == "." {
+        return "the object was deleted".to_string();
+    }
+    format!(
+        "{} is {} on the member, {} on the hub",
+        d.path,
+        value(&d.member_value),
+        value(&d.hub_value)
+    )
+}
+
+/// Raises a `DriftCorrected` Event on the member's object and on the hub's Work (best effort:
+/// the Work's status records the correction too).
+async fn record_correction(ctx: &Context, applied: &DynamicObject, work: &str, note: &str) {
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "DriftCorrected".into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Restore".into(),
+        secondary: None,
+    };
+    let member_ref = ObjectReference {
+        api_version: applied.types.as_ref().map(|t| t.api_version.clone()),
+        kind: applied.types.as_ref().map(|t| t.kind.clone()),
+        name: applied.metadata.name.clone(),
+        namespace: applied.metadata.namespace.clone(),
+        uid: applied.metadata.uid.clone(),
+        ..Default::default()
+    };
+    if let Err(e) = ctx.member_events.publish(&event, &member_ref).await {
+        tracing::debug!(error = %e, "recording a member event");
+    }
+    let Some((namespace, name)) = work.split_once('/') else {
+        return;
+    };
+    let work_ref = ObjectReference {
+        api_version: Some(Work::api_version(&()).into_owned()),
+        kind: Some(Work::kind(&()).into_owned()),
+        name: Some(name.to_string()),
+        namespace: Some(namespace.to_string()),
+        ..Default::default()
+    };
+    if let Err(e) = ctx.hub_events.publish(&event, &work_ref).await {
+        tracing::debug!(error = %e, "recording a hub event");
     }
 }
 

@@ -11,7 +11,9 @@
 
 use std::time::Duration;
 
+use fleethub_crds::apply_strategy::{DriftCorrection, DriftType, FieldDiff, ManifestDrift};
 use fleethub_crds::conditions::{self, NewCondition, set_condition};
+use fleethub_crds::work::reason::DIFF_REPORTED;
 use fleethub_crds::work::reason::{
     APPLY_FAILED, MANIFEST_APPLIED, MANIFEST_AVAILABLE, MANIFEST_NOT_READY, MANIFESTS_APPLIED,
     NOT_APPLIED,
@@ -32,6 +34,28 @@ pub struct ManifestReport {
     pub identifier: ManifestIdentifier,
     /// The applied object's readiness, or why it could not be applied (naming the object).
     pub outcome: Result<Readiness, String>,
+    /// The reason when the apply strategy left it unapplied (`Drifted`, `TakeoverRefused`).
+    pub refusal: Option<&'static str>,
+    /// How the member's object differs from the hub's while it is left so.
+    pub drift: Option<(DriftType, usize, Vec<FieldDiff>)>,
+    /// The drift the agent just undid.
+    pub correction: Option<Vec<FieldDiff>>,
+    /// The hub object's hash when the member now has it.
+    pub hash: Option<String>,
+}
+
+impl ManifestReport {
+    /// A report of `outcome` with nothing about drift.
+    pub fn new(identifier: ManifestIdentifier, outcome: Result<Readiness, String>) -> Self {
+        ManifestReport {
+            identifier,
+            outcome,
+            refusal: None,
+            drift: None,
+            correction: None,
+            hash: None,
+        }
+    }
 }
 
 /// Everything the status depends on.
@@ -49,6 +73,8 @@ pub struct StatusInput<'a> {
     pub reports: &'a [ManifestReport],
     /// The current time.
     pub now: Timestamp,
+    /// `applyStrategy.type: ReportDiff`: nothing was applied, differences are reported.
+    pub report_only: bool,
 }
 
 /// The planned status.
@@ -73,7 +99,7 @@ pub fn plan(input: &StatusInput<'_>) -> StatusPlan {
     let manifest_conditions = input
         .reports
         .iter()
-        .map(|r| manifest_condition(&previous, r, generation, now))
+        .map(|r| manifest_condition(&previous, r, generation, now, input.report_only))
         .collect();
 
     let failures: Vec<&str> = input
@@ -90,6 +116,23 @@ pub fn plan(input: &StatusInput<'_>) -> StatusPlan {
         );
     };
 
+    if failures.is_empty() && input.report_only {
+        let differ = input.reports.iter().filter(|r| r.drift.is_some()).count();
+        let message = format!(
+            "applied nothing (applyStrategy type ReportDiff): {differ} of {total} objects of resource snapshot {index} differ from the hub's"
+        );
+        set(APPLIED, conditions::TRUE, DIFF_REPORTED, message.clone());
+        set(AVAILABLE, conditions::TRUE, DIFF_REPORTED, message);
+        return StatusPlan {
+            status: WorkStatus {
+                conditions: conds,
+                applied_resource_snapshot_index: previous.applied_resource_snapshot_index,
+                manifest_conditions,
+            },
+            applied: true,
+            recheck_after: None,
+        };
+    }
     if failures.is_empty() {
         let applied_at = applied_at(&previous.conditions, generation, now);
         set(
@@ -137,15 +180,29 @@ pub fn plan(input: &StatusInput<'_>) -> StatusPlan {
         if failures.len() > NAMED_IN_MESSAGE {
             named.push_str(&format!("; and {} more", failures.len() - NAMED_IN_MESSAGE));
         }
-        set(
-            APPLIED,
-            conditions::FALSE,
-            APPLY_FAILED,
-            format!(
-                "failed to apply {} of {total} manifests of resource snapshot {index}: {named}",
-                failures.len()
+        let refusals: Vec<Option<&'static str>> = input
+            .reports
+            .iter()
+            .filter(|r| r.outcome.is_err())
+            .map(|r| r.refusal)
+            .collect();
+        let (reason, message) = match refusals.first() {
+            Some(Some(r)) if refusals.iter().all(|x| x == &Some(*r)) => (
+                *r,
+                format!(
+                    "{} of {total} manifests of resource snapshot {index} are not applied: {named}",
+                    failures.len()
+                ),
             ),
-        );
+            _ => (
+                APPLY_FAILED,
+                format!(
+                    "failed to apply {} of {total} manifests of resource snapshot {index}: {named}",
+                    failures.len()
+                ),
+            ),
+        };
+        set(APPLIED, conditions::FALSE, reason, message);
         set(
             AVAILABLE,
             conditions::FALSE,
@@ -181,13 +238,13 @@ fn manifest_condition(
     report: &ManifestReport,
     generation: Option<i64>,
     now: Timestamp,
+    report_only: bool,
 ) -> ManifestCondition {
-    let mut conds = previous
+    let before = previous
         .manifest_conditions
         .iter()
-        .find(|m| m.identifier == report.identifier)
-        .map(|m| m.conditions.clone())
-        .unwrap_or_default();
+        .find(|m| m.identifier == report.identifier);
+    let mut conds = before.map(|m| m.conditions.clone()).unwrap_or_default();
     let mut set = |type_, status, reason, message: &str| {
         set_condition(
             &mut conds,
@@ -196,6 +253,12 @@ fn manifest_condition(
         );
     };
     match &report.outcome {
+        Ok(_) if report_only => {
+            let message =
+                "nothing applied (applyStrategy type ReportDiff); compared with the hub's";
+            set(APPLIED, conditions::TRUE, DIFF_REPORTED, message);
+            set(AVAILABLE, conditions::TRUE, DIFF_REPORTED, message);
+        }
         Ok(readiness) => {
             set(
                 APPLIED,
@@ -213,7 +276,12 @@ fn manifest_condition(
             }
         }
         Err(why) => {
-            set(APPLIED, conditions::FALSE, APPLY_FAILED, why);
+            set(
+                APPLIED,
+                conditions::FALSE,
+                report.refusal.unwrap_or(APPLY_FAILED),
+                why,
+            );
             set(
                 AVAILABLE,
                 conditions::UNKNOWN,
@@ -222,10 +290,35 @@ fn manifest_condition(
             );
         }
     }
+    let drift = report.drift.as_ref().map(|(why, count, fields)| {
+        // First seen: kept while the object keeps differing the same way.
+        let first_seen = before
+            .and_then(|m| m.drift.as_ref())
+            .filter(|d| d.type_ == *why)
+            .map_or(Time(now), |d| d.first_seen_time.clone());
+        ManifestDrift {
+            type_: *why,
+            first_seen_time: first_seen,
+            field_count: i32::try_from(*count).unwrap_or(i32::MAX),
+            fields: fields.clone(),
+        }
+    });
+    let last_correction = match &report.correction {
+        Some(fields) => Some(DriftCorrection {
+            time: Time(now),
+            fields: fields.clone(),
+        }),
+        None => before.and_then(|m| m.last_correction.clone()),
+    };
     ManifestCondition {
         identifier: report.identifier.clone(),
         conditions: conds,
-        ..Default::default()
+        drift,
+        last_correction,
+        applied_hash: report
+            .hash
+            .clone()
+            .or_else(|| before.and_then(|m| m.applied_hash.clone())),
     }
 }
 
@@ -251,18 +344,9 @@ mod tests {
 
     fn reports(web: Result<Readiness, String>) -> Vec<ManifestReport> {
         vec![
-            ManifestReport {
-                identifier: id(0, "Namespace", "app"),
-                outcome: Ok(Readiness::Ready),
-            },
-            ManifestReport {
-                identifier: id(1, "ConfigMap", "config"),
-                outcome: Ok(Readiness::Ready),
-            },
-            ManifestReport {
-                identifier: id(2, "Deployment", "web"),
-                outcome: web,
-            },
+            ManifestReport::new(id(0, "Namespace", "app"), Ok(Readiness::Ready)),
+            ManifestReport::new(id(1, "ConfigMap", "config"), Ok(Readiness::Ready)),
+            ManifestReport::new(id(2, "Deployment", "web"), web),
         ]
     }
 
@@ -279,6 +363,7 @@ mod tests {
             health_timeout: Duration::from_secs(10),
             reports,
             now: ts(now),
+            report_only: false,
         }
     }
 
@@ -438,11 +523,101 @@ mod tests {
     }
 
     #[test]
+    fn drift_left_and_corrections_are_recorded_with_when_first_seen() {
+        let field = |path: &str| FieldDiff {
+            path: path.into(),
+            member_value: Some("\"hi\"".into()),
+            hub_value: Some("\"hello\"".into()),
+        };
+        let mut r = reports(Ok(Readiness::Ready));
+        r[1] = ManifestReport {
+            refusal: Some(fleethub_crds::work::reason::DRIFTED),
+            drift: Some((DriftType::Drifted, 1, vec![field("data.greeting")])),
+            ..ManifestReport::new(
+                id(1, "ConfigMap", "config"),
+                Err("ConfigMap app/config was changed on the member".into()),
+            )
+        };
+        r[2].hash = Some("abc".into());
+        let first = plan(&input(None, 1, &r, 100));
+        let applied = cond(&first.status, APPLIED);
+        assert_eq!(
+            (applied.status.as_str(), applied.reason.as_str()),
+            ("False", "Drifted")
+        );
+        assert_eq!(
+            applied.message,
+            "1 of 3 manifests of resource snapshot 2 are not applied: ConfigMap app/config was changed on the member"
+        );
+        let drift = first.status.manifest_conditions[1].drift.clone().unwrap();
+        assert_eq!(drift.first_seen_time, Time(ts(100)));
+        assert_eq!(drift.fields, vec![field("data.greeting")]);
+        assert_eq!(
+            first.status.manifest_conditions[2].applied_hash.as_deref(),
+            Some("abc")
+        );
+        // Still drifted later: first seen stays; the hash of the last apply is kept.
+        r[2].hash = None;
+        let later = plan(&input(Some(&first.status), 1, &r, 160));
+        let drift = later.status.manifest_conditions[1].drift.clone().unwrap();
+        assert_eq!(drift.first_seen_time, Time(ts(100)));
+        assert_eq!(
+            later.status.manifest_conditions[2].applied_hash.as_deref(),
+            Some("abc")
+        );
+        // Corrected (whenToApply Always): the drift is gone and the correction recorded.
+        let mut r = reports(Ok(Readiness::Ready));
+        r[1].correction = Some(vec![field("data.greeting")]);
+        let corrected = plan(&input(Some(&later.status), 1, &r, 200));
+        let m = &corrected.status.manifest_conditions[1];
+        assert_eq!(m.drift, None);
+        assert_eq!(m.last_correction.as_ref().unwrap().time, Time(ts(200)));
+        assert_eq!(cond(&corrected.status, APPLIED).status, "True");
+        // And kept afterwards.
+        let after = plan(&input(
+            Some(&corrected.status),
+            1,
+            &reports(Ok(Readiness::Ready)),
+            300,
+        ));
+        assert_eq!(
+            after.status.manifest_conditions[1].last_correction,
+            m.last_correction
+        );
+    }
+
+    #[test]
+    fn report_diff_applies_nothing_and_says_how_many_differ() {
+        let mut r = reports(Ok(Readiness::Ready));
+        r[2].drift = Some((DriftType::Diffed, 2, vec![]));
+        let mut i = input(None, 1, &r, 100);
+        i.report_only = true;
+        let p = plan(&i);
+        let applied = cond(&p.status, APPLIED);
+        assert_eq!(applied.reason, "DiffReported");
+        assert_eq!(
+            applied.message,
+            "applied nothing (applyStrategy type ReportDiff): 1 of 3 objects of resource snapshot 2 differ from the hub's"
+        );
+        assert_eq!(cond(&p.status, AVAILABLE).status, "True");
+        assert_eq!(
+            p.status.manifest_conditions[2]
+                .drift
+                .as_ref()
+                .unwrap()
+                .type_,
+            DriftType::Diffed
+        );
+    }
+
+    #[test]
     fn many_failures_are_summarized() {
         let r: Vec<ManifestReport> = (0..5)
-            .map(|i| ManifestReport {
-                identifier: id(i, "ConfigMap", &format!("c{i}")),
-                outcome: Err(format!("ConfigMap app/c{i}: forbidden")),
+            .map(|i| {
+                ManifestReport::new(
+                    id(i, "ConfigMap", &format!("c{i}")),
+                    Err(format!("ConfigMap app/c{i}: forbidden")),
+                )
             })
             .collect();
         let p = plan(&input(None, 1, &r, 100));
