@@ -11,10 +11,12 @@
 //! - a field another controller or applier owns: theirs, never reported and never forced back
 //!   ([`Difference::Foreign`]; left out of what the agent applies).
 
+use fleethub_crds::applied_work::WORK_ANNOTATION;
 use fleethub_crds::apply_strategy::{
     ApplyStrategy, DriftType, FieldDiff, MAX_FIELDS, MAX_VALUE_CHARS, WhenToApply, WhenToTakeOver,
 };
 use fleethub_crds::field_manager::MEMBER_AGENT;
+use fleethub_crds::names::PLACEMENT_LABEL;
 use serde_json::{Map, Value};
 
 /// What to do with one manifest.
@@ -241,11 +243,26 @@ pub fn compare(desired: &Value, live: &Value, hub_changed: bool, full: bool) -> 
 pub fn compare_all(desired: &Value, live: &Value, full: bool) -> Vec<Diff> {
     compare(desired, live, false, full)
         .into_iter()
+        .filter(|d| !is_fleet_marker(&d.path))
         .map(|d| Diff {
             owner: Difference::Drift,
             ..d
         })
         .collect()
+}
+
+/// The placement label and Work annotation the agent adds: not part of the hub's object.
+fn is_fleet_marker(path: &Path) -> bool {
+    let field = |i: usize| match path.get(i) {
+        Some(Step::Field(f)) => f.as_str(),
+        _ => "",
+    };
+    path.len() == 3
+        && field(0) == "metadata"
+        && matches!(
+            (field(1), field(2)),
+            ("labels", PLACEMENT_LABEL) | ("annotations", WORK_ANNOTATION)
+        )
 }
 
 type RawDiff = (Path, Option<Value>, Option<Value>);

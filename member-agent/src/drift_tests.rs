@@ -351,7 +351,10 @@ fn takeover_follows_when_to_take_over() {
         }
         other => panic!("{other:?}"),
     }
-    let same = deployment(2, "web:1", json!([]));
+    let mut same = deployment(2, "web:1", json!([]));
+    same["metadata"]["labels"] = json!({});
+    let mut d = d;
+    d["metadata"]["annotations"] = json!({"fleethub.dev/work": "fleet-member-a/web"});
     let matching = Member {
         object: Some(&same),
         fleet_managed: false,
