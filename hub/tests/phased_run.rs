@@ -63,6 +63,40 @@ async fn snapshot_with(r: &Rollout, image: &str) -> i64 {
     .unwrap()
 }
 
+fn partition_of(s: &StatefulSet) -> Option<i32> {
+    s.spec
+        .as_ref()?
+        .update_strategy
+        .as_ref()?
+        .rolling_update
+        .as_ref()?
+        .partition
+}
+
+/// Waits until the fleet's Prometheus answers `query` with no series.
+async fn prometheus_sees_nothing(fleet: &Fleet, query: &str) {
+    let url = fleet.prometheus_url().unwrap();
+    let addr: std::net::SocketAddr = url.trim_start_matches("http://").parse().unwrap();
+    let encoded: String = query
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let path = format!("/api/v1/query?query={encoded}");
+    poll_until("Prometheus to see the metric fail", TIMEOUT, || {
+        let path = path.clone();
+        async move {
+            let (code, body) = fleethub_testkit::http_get(addr, &path).await.ok()?;
+            let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+            (code == 200 && v["data"]["result"].as_array().is_some_and(Vec::is_empty)).then_some(())
+        }
+    })
+    .await
+    .unwrap();
+}
+
 /// The staging cluster's row of `run`: its progress, and whether it succeeded.
 fn staging_row(run: Option<&UpdateRun>) -> Option<(Option<String>, Option<String>)> {
     let c = run?
@@ -95,9 +129,32 @@ async fn a_placed_phased_rollout_holds_the_run_and_shows_its_pods_on_the_cluster
     let first = snapshot_with(&r, "registry.invalid/db:1").await;
     r.run_to_success("v1", first).await;
 
-    // A new revision while the metric fails: the staging member's agent holds every pod, the
-    // run holds at staging and says how far the pods rolled.
+    // Every member's phased rollout settled (partition held at 3) before anything changes.
+    for i in 1..=3 {
+        let sets: Api<StatefulSet> = Api::namespaced(fleet.member(i).await.unwrap(), &r.ns);
+        wait_for(
+            &sets,
+            "db",
+            "the partition held at 3",
+            TIMEOUT,
+            |s: Option<&StatefulSet>| {
+                s.is_some_and(|s| {
+                    partition_of(s) == Some(3)
+                        && s.status.as_ref().is_some_and(|st| {
+                            st.current_revision == st.update_revision
+                                && st.available_replicas == Some(3)
+                        })
+                })
+            },
+        )
+        .await
+        .unwrap();
+    }
+
+    // A new revision while the metric fails (as Prometheus sees it): the staging member's agent
+    // holds every pod, the run holds at staging and says how far the pods rolled.
     healthy.set(0.0).await.unwrap();
+    prometheus_sees_nothing(fleet, &query).await;
     apply_db(fleet, &r.ns, "registry.invalid/db:2", &query);
     let second = snapshot_with(&r, "registry.invalid/db:2").await;
     let run = r.start_run("v2", second, Some("10m")).await;
@@ -123,12 +180,11 @@ async fn a_placed_phased_rollout_holds_the_run_and_shows_its_pods_on_the_cluster
     );
     let staging: Api<StatefulSet> = Api::namespaced(fleet.member(1).await.unwrap(), &r.ns);
     let set = staging.get("db").await.unwrap();
-    let partition = set
-        .spec
-        .and_then(|s| s.update_strategy)
-        .and_then(|u| u.rolling_update)
-        .and_then(|r| r.partition);
-    assert_eq!(partition, Some(3), "a pod rolled while the metric failed");
+    assert_eq!(
+        partition_of(&set),
+        Some(3),
+        "a pod rolled while the metric failed"
+    );
 
     // The metric recovers: the pods roll one by one, the row is cleared, the run goes on.
     healthy.set(1.0).await.unwrap();

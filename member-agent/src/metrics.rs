@@ -29,6 +29,7 @@ pub struct Metrics {
     drift_corrections: Family<Labels, Counter>,
     objects_left_different: Family<Labels, Counter>,
     skipped: Counter,
+    reads: Counter,
     live: Arc<Live>,
 }
 
@@ -88,8 +89,14 @@ impl Metrics {
             drift_corrections: Family::default(),
             objects_left_different: Family::default(),
             skipped: Counter::default(),
+            reads: Counter::default(),
             live: Arc::new(Live::default()),
         };
+        registry.register(
+            "object_reads",
+            "Objects read from the member's API server while applying (the watch caches answer the rest)",
+            m.reads.clone(),
+        );
         registry.register(
             "drift_corrections",
             "Objects changed or deleted on the member that the agent restored to the hub's values, by kind",
@@ -162,6 +169,11 @@ impl Metrics {
         self.objects_left_different
             .get_or_create(&vec![("reason".to_string(), reason.to_string())])
             .inc();
+    }
+
+    /// Counts a read of one object from the member's API server.
+    pub fn object_read(&self) {
+        self.reads.inc();
     }
 
     /// Counts a manifest not applied because nothing changed.

@@ -533,7 +533,10 @@ async fn apply_one(
     ctx.objects.watch(&kind);
     let existing: Option<Value> = match ctx.objects.get(&kind, namespace.as_deref(), &m.name) {
         Cached::Present(v) => Some(v),
-        Cached::Absent | Cached::Unknown => match api.get_opt(&m.name).await {
+        Cached::Absent | Cached::Unknown => match {
+            ctx.metrics.object_read();
+            api.get_opt(&m.name).await
+        } {
             Ok(existing) => match existing.map(|o| serde_json::to_value(&o)).transpose() {
                 Ok(v) => v,
                 Err(source) => {

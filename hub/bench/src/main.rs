@@ -10,6 +10,7 @@
 mod autoupdate;
 mod dashboard;
 mod fleet_objects;
+mod member_path;
 mod metric_gates;
 mod process;
 mod report;
@@ -62,6 +63,11 @@ struct Args {
     /// fleet's registry to done everywhere, and a broken one from its push to rolled back.
     #[arg(long, default_value_t = 0)]
     autoupdate_members: usize,
+    /// Changes sent through the fleet's real members and agents (0: skip): hub Work written →
+    /// object on the member, workload available → reported, drift restored, a one-object
+    /// change in a 500-object Work, and 200 Works changed at once on one member.
+    #[arg(long, default_value_t = 0)]
+    member_path: usize,
     /// Members of the run during which the hub is killed and restarted (0: skip).
     #[arg(long, default_value_t = 100)]
     restart_members: usize,
@@ -223,6 +229,10 @@ impl Bench {
         objects::set_content(&self.client, objects::APP_NAMESPACE, "1").await?;
         objects::create_strategy(&self.client, STRATEGY, &self.args.concurrency, false).await?;
         let mut failed = Vec::new();
+        if self.args.member_path > 0 {
+            let outcome = self.member_path(self.args.member_path).await;
+            self.settle("member path", outcome, &mut failed).await?;
+        }
         for size in self.args.members.clone() {
             let outcome = self.fleet_run(size).await;
             self.settle(&format!("1 run, {size} members"), outcome, &mut failed)
