@@ -533,10 +533,7 @@ async fn apply_one(
     ctx.objects.watch(&kind);
     let existing: Option<Value> = match ctx.objects.get(&kind, namespace.as_deref(), &m.name) {
         Cached::Present(v) => Some(v),
-        Cached::Absent | Cached::Unknown => match {
-            ctx.metrics.object_read();
-            api.get_opt(&m.name).await
-        } {
+        Cached::Absent | Cached::Unknown => match read(ctx, &api, &m.name).await {
             Ok(existing) => match existing.map(|o| serde_json::to_value(&o)).transpose() {
                 Ok(v) => v,
                 Err(source) => {
@@ -717,6 +714,16 @@ async fn apply_one(
             Some(hash),
         )
     }
+}
+
+/// Reads one object from the member's API server (counted: the watch caches answer the rest).
+async fn read(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    name: &str,
+) -> Result<Option<DynamicObject>, kube::Error> {
+    ctx.metrics.object_read();
+    api.get_opt(name).await
 }
 
 /// `spec.replicas: 5 on the member, 2 on the hub`.
