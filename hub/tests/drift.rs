@@ -25,19 +25,7 @@ use serde_json::{Value, json};
 
 /// Runs the real kubectl against member `i`; asserts it succeeded.
 fn kubectl_member(fleet: &Fleet, i: usize, args: &[&str]) -> String {
-    let out =
-        std::process::Command::new(std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into()))
-            .arg("--kubeconfig")
-            .arg(fleet.kubeconfig(&format!("member-{i}")))
-            .args(args)
-            .output()
-            .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    common::kubectl_on(fleet, &format!("member-{i}"), args)
 }
 
 /// Namespace `<id>` on the hub with ConfigMap `web` (greeting hello) and Deployment `web`

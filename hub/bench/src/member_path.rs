@@ -165,15 +165,13 @@ impl Bench {
         for c in &clusters {
             let works: Api<Work> = Api::namespaced(hub.clone(), &names::member_namespace(c));
             let (w, r) = (written.clone(), reported.clone());
-            let cluster = c.clone();
             record(works.clone(), w, move |w: &Work| {
-                (w.name_any() == ns_work(&cluster, PREFIX))
+                (w.name_any() == names::work_name(PREFIX))
                     .then(|| work_value(w))
                     .flatten()
             });
-            let cluster = c.clone();
             record(works, r, move |w: &Work| {
-                (w.name_any() == ns_work(&cluster, PREFIX))
+                (w.name_any() == names::work_name(PREFIX))
                     .then(|| work_available_image(w))
                     .flatten()
             });
@@ -271,7 +269,7 @@ impl Bench {
                 }) as Box<dyn Fn() -> bool + Send>
             };
             wait(format!("{image} reported available"), reported_all).await?;
-            for (j, c) in clusters.iter().enumerate() {
+            for c in &clusters {
                 let member_deploy = format!("{ns}/web");
                 let (Some(avail), Some(rep)) = (
                     seen_at(&available, &member_deploy, &format!("{c}={image}")),
@@ -279,7 +277,6 @@ impl Bench {
                 ) else {
                     continue;
                 };
-                let _ = j;
                 noticed.push(rep.saturating_duration_since(avail));
             }
         }
@@ -616,11 +613,6 @@ impl Bench {
         }
         Ok(())
     }
-}
-
-fn ns_work(cluster: &str, placement: &str) -> String {
-    let _ = cluster;
-    names::work_name(placement)
 }
 
 /// A RollingUpdate placement named after namespace `ns` of it on `clusters`.

@@ -325,10 +325,16 @@ pub fn clusters_in_order(updates: &Updates) -> Vec<String> {
 }
 
 pub fn kubectl(fleet: &Fleet, args: &[&str]) -> String {
+    kubectl_on(fleet, "hub", args)
+}
+
+/// Runs the real kubectl against the fleet's cluster `cluster` (`hub`, `member-1`, …); asserts
+/// it succeeded and returns stdout.
+pub fn kubectl_on(fleet: &Fleet, cluster: &str, args: &[&str]) -> String {
     let out =
         std::process::Command::new(std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into()))
             .arg("--kubeconfig")
-            .arg(fleet.kubeconfig("hub"))
+            .arg(fleet.kubeconfig(cluster))
             .args(args)
             .output()
             .unwrap();
