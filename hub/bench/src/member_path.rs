@@ -51,15 +51,21 @@ fn seen_at(seen: &Seen, key: &str, value: &str) -> Option<Instant> {
         .copied()
 }
 
-/// Watches `api` (all namespaces of a client, or one) in the background, recording for each
-/// object the first time `value` returns each value, keyed by `namespace/name`.
-fn record<K>(api: Api<K>, seen: Seen, value: impl Fn(&K) -> Option<String> + Send + 'static)
-where
+/// Watches the objects of `api` (all namespaces of a client, or one) that match `labels` in the
+/// background, recording for each object the first time `value` returns each value, keyed by
+/// `namespace/name`. The bench's own objects carry [`BENCH_LABEL`]; the Works the hub writes for
+/// them carry their placement's label instead.
+fn record<K>(
+    api: Api<K>,
+    labels: String,
+    seen: Seen,
+    value: impl Fn(&K) -> Option<String> + Send + 'static,
+) where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     tokio::spawn(async move {
-        let config = watcher::Config::default().labels(BENCH_LABEL);
+        let config = watcher::Config::default().labels(&labels);
         let mut events = watcher(api, config).applied_objects().boxed();
         while let Some(event) = events.next().await {
             if let Ok(o) = event
@@ -125,6 +131,11 @@ fn deployment_available_image(d: &Deployment) -> Option<String> {
     .flatten()
 }
 
+/// The selector of the Works the hub writes for placement `name`.
+fn placement_label(name: &str) -> String {
+    format!("{}={name}", names::PLACEMENT_LABEL)
+}
+
 fn meta(name: &str, namespace: Option<&str>) -> Value {
     let mut m = json!({"name": name, "labels": {BENCH_LABEL: "true"}});
     if let Some(ns) = namespace {
@@ -165,12 +176,17 @@ impl Bench {
         for c in &clusters {
             let works: Api<Work> = Api::namespaced(hub.clone(), &names::member_namespace(c));
             let (w, r) = (written.clone(), reported.clone());
-            record(works.clone(), w, move |w: &Work| {
-                (w.name_any() == names::work_name(PREFIX))
-                    .then(|| work_value(w))
-                    .flatten()
-            });
-            record(works, r, move |w: &Work| {
+            record(
+                works.clone(),
+                placement_label(PREFIX),
+                w,
+                move |w: &Work| {
+                    (w.name_any() == names::work_name(PREFIX))
+                        .then(|| work_value(w))
+                        .flatten()
+                },
+            );
+            record(works, placement_label(PREFIX), r, move |w: &Work| {
                 (w.name_any() == names::work_name(PREFIX))
                     .then(|| work_available_image(w))
                     .flatten()
@@ -182,14 +198,22 @@ impl Bench {
             let cluster = clusters[i].clone();
             let cms: Api<ConfigMap> = Api::namespaced(member.clone(), &ns);
             let c = cluster.clone();
-            record(cms, arrived.clone(), move |cm: &ConfigMap| {
-                let v = cm.data.as_ref()?.get("v")?.clone();
-                Some(format!("{c}={v}"))
-            });
+            record(
+                cms,
+                BENCH_LABEL.into(),
+                arrived.clone(),
+                move |cm: &ConfigMap| {
+                    let v = cm.data.as_ref()?.get("v")?.clone();
+                    Some(format!("{c}={v}"))
+                },
+            );
             let deployments: Api<Deployment> = Api::namespaced(member.clone(), &ns);
-            record(deployments, available.clone(), move |d: &Deployment| {
-                Some(format!("{cluster}={}", deployment_available_image(d)?))
-            });
+            record(
+                deployments,
+                BENCH_LABEL.into(),
+                available.clone(),
+                move |d: &Deployment| Some(format!("{cluster}={}", deployment_available_image(d)?)),
+            );
         }
         let key = |c: &str| {
             format!(
@@ -431,11 +455,13 @@ impl Bench {
         let burst_arrived: Seen = Arc::default();
         record(
             Api::<Work>::namespaced(hub.clone(), &names::member_namespace(&clusters[0])),
+            names::PLACEMENT_LABEL.to_string(),
             burst_written.clone(),
             work_value,
         );
         record(
             Api::<ConfigMap>::all(member.clone()),
+            BENCH_LABEL.into(),
             burst_arrived.clone(),
             |cm: &ConfigMap| cm.data.as_ref()?.get("v").cloned(),
         );
