@@ -67,6 +67,11 @@ pub mod reason {
         json_path = ".status.conditions[?(@.type==\"Available\")].status"
     ),
     printcolumn(
+        name = "Drifted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Drifted\")].status"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -128,4 +133,14 @@ pub struct BindingStatus {
     /// The snapshot index the member last reported applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied_resource_snapshot_index: Option<i64>,
+    /// Objects on the member that differ from the hub's and are left so (drifted under
+    /// `whenToApply: IfNotDrifted`, diffed under `type: ReportDiff`, not taken over); at most 20.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drifted_objects: Vec<crate::drift::DriftedObject>,
+    /// How many objects differ in all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drifted_object_count: Option<i32>,
+    /// The member agent's newest restoration of the hub's values (`whenToApply: Always`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_drift_correction: Option<crate::drift::ObjectCorrection>,
 }

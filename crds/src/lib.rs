@@ -13,6 +13,7 @@ pub mod auto_update;
 pub mod binding;
 pub mod concurrency;
 pub mod conditions;
+pub mod drift;
 pub mod duration;
 pub mod field_manager;
 pub mod member_cluster;

@@ -72,6 +72,7 @@ pub mod reason {
     printcolumn(name = "Clusters", type_ = "integer", json_path = ".status.selectedClusterCount"),
     printcolumn(name = "Latest-Index", type_ = "integer", json_path = ".status.latestResourceSnapshotIndex"),
     printcolumn(name = "Available", type_ = "string", json_path = ".status.conditions[?(@.type==\"Available\")].status"),
+    printcolumn(name = "Drifted", type_ = "integer", json_path = ".status.driftedClusterCount"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -172,7 +173,8 @@ pub struct RolloutStrategy {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct PlacementStatus {
-    /// `Scheduled`, `RolloutStarted`, `Applied`, `Available`, rolled up over the clusters.
+    /// `Scheduled`, `RolloutStarted`, `Applied`, `Available`, `Drifted`, rolled up over the
+    /// clusters.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -185,6 +187,9 @@ pub struct PlacementStatus {
     /// How many clusters the policy selects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selected_cluster_count: Option<i32>,
+    /// How many selected clusters have objects that differ from the hub's and are left so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drifted_cluster_count: Option<i32>,
     /// Per selected cluster: which snapshot it runs and how that is going.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["clusterName".into()]))]
@@ -200,8 +205,15 @@ pub struct ClusterPlacementStatus {
     /// The snapshot index the cluster is bound to, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_snapshot_index: Option<i64>,
-    /// `Scheduled`, `RolloutStarted`, `Applied`, `Available` for this cluster.
+    /// `Scheduled`, `RolloutStarted`, `Applied`, `Available`, `Drifted` for this cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+    /// The first objects on this cluster that differ from the hub's (at most 5; the Binding
+    /// lists more, `kubectl fleet drift` all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drifted_objects: Vec<crate::drift::DriftedObject>,
+    /// How many objects on this cluster differ in all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drifted_object_count: Option<i32>,
 }

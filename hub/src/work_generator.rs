@@ -12,6 +12,7 @@ use fleethub_crds::binding::{
     APPLIED, AVAILABLE, BindingState, BindingStatus, WORK_SYNCHRONIZED, reason,
 };
 use fleethub_crds::conditions::{FALSE, NewCondition, TRUE, find, set_condition};
+use fleethub_crds::drift::{self, DRIFTED, ObjectCorrection};
 use fleethub_crds::work::{WorkSpec, WorkStatus, WorkloadTemplate};
 use fleethub_crds::{Binding, Placement, ResourceSnapshot, Work, field_manager, names};
 use futures::StreamExt;
@@ -19,6 +20,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -36,6 +38,8 @@ struct Context {
     works: Store<Work>,
     /// Every Placement: its `applyStrategy` goes into its Works, at once when it changes.
     placements: Store<Placement>,
+    /// Records a member's drift corrections on the binding's Placement.
+    recorder: Recorder,
 }
 
 /// Whether `work` already is what this controller would apply for `index` and `timeout`, so
@@ -90,6 +94,7 @@ pub async fn run(
         clock,
         works,
         placements,
+        recorder: Recorder::new(client.clone(), Reporter::from("fleethub-hub")),
     });
     let controller = fleethub_runtime::controller_for(Api::<Binding>::all(client.clone()));
     let bindings = controller.store();
@@ -326,6 +331,13 @@ async fn report(ctx: &Context, binding: &Binding, outcome: &Outcome) -> Result<(
     if Some(&status) == binding.status.as_ref() {
         return Ok(());
     }
+    let before = binding
+        .status
+        .as_ref()
+        .and_then(|s| s.last_drift_correction.as_ref());
+    if let Some(correction) = new_correction(before, status.last_drift_correction.as_ref()) {
+        record_correction(ctx, binding, correction).await;
+    }
     let name = binding.name_any();
     // The status subresource ignores the spec; it is sent only because the type carries one.
     let patch = Binding {
@@ -340,6 +352,49 @@ async fn report(ctx: &Context, binding: &Binding, outcome: &Outcome) -> Result<(
         )
         .await?;
     Ok(())
+}
+
+/// The correction to announce: `now`'s, when it is newer than the one the binding recorded
+/// `before` (the binding's status survives a hub restart, so none is announced twice).
+fn new_correction<'a>(
+    before: Option<&ObjectCorrection>,
+    now: Option<&'a ObjectCorrection>,
+) -> Option<&'a ObjectCorrection> {
+    now.filter(|n| before.is_none_or(|b| b.time.0 < n.time.0))
+}
+
+/// An Event on `binding`'s Placement saying its member restored the hub's values on an object
+/// (the agent raises one on the member's object and the hub's Work too).
+async fn record_correction(ctx: &Context, binding: &Binding, correction: &ObjectCorrection) {
+    let placement_name = &binding.spec.placement_name;
+    let Some(placement) = ctx.placements.get(&ObjectRef::new(placement_name)) else {
+        return;
+    };
+    let had: Vec<String> = correction
+        .fields
+        .iter()
+        .map(drift::describe_field)
+        .collect();
+    let note = format!(
+        "cluster {}: {} restored to the hub's values ({})",
+        binding.spec.target_cluster,
+        correction.object,
+        had.join("; ")
+    );
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "DriftCorrected".into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Correct".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx
+        .recorder
+        .publish(&event, &placement.object_ref(&()))
+        .await
+    {
+        tracing::debug!(placement = %placement_name, error = %e, "cannot record drift correction event");
+    }
 }
 
 /// The namespace and name of `binding`'s Work.
@@ -435,6 +490,34 @@ fn binding_status(
         set_condition(&mut status.conditions, new, now);
     }
     status.applied_resource_snapshot_index = reported.applied_resource_snapshot_index;
+    let (objects, count) = drift::drifted_objects(reported, drift::MAX_OBJECTS, drift::MAX_FIELDS);
+    let drifted = match drift::worst(&objects) {
+        Some(worst) => NewCondition::new(
+            DRIFTED,
+            TRUE,
+            worst.as_str(),
+            drift::message(&objects, count),
+            generation,
+        ),
+        None if reported.conditions.is_empty() => NewCondition::new(
+            DRIFTED,
+            FALSE,
+            reason::NOT_REPORTED,
+            "the member has not reported on its Work yet".to_string(),
+            generation,
+        ),
+        None => NewCondition::new(
+            DRIFTED,
+            FALSE,
+            drift::reason::IN_SYNC,
+            "every object on the member matches the hub".to_string(),
+            generation,
+        ),
+    };
+    set_condition(&mut status.conditions, drifted, now);
+    status.drifted_objects = objects;
+    status.drifted_object_count = (count > 0).then_some(count as i32);
+    status.last_drift_correction = drift::last_correction(reported);
     status
 }
 
@@ -677,5 +760,93 @@ mod tests {
         );
         let gone = binding_status(&b, &sync, None, now);
         assert_eq!(gone.applied_resource_snapshot_index, None);
+    }
+
+    #[test]
+    fn the_binding_lists_what_differs_on_the_member_and_its_last_correction() {
+        use fleethub_crds::apply_strategy::{DriftCorrection, DriftType, FieldDiff, ManifestDrift};
+        use fleethub_crds::work::{ManifestCondition, ManifestIdentifier};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let b = binding(BindingState::Bound, Some(3));
+        let sync = Sync {
+            status: TRUE,
+            reason: reason::WORK_SYNCHRONIZED,
+            message: "carried".into(),
+        };
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        let field = FieldDiff {
+            path: "data.v".into(),
+            member_value: Some("\"edited\"".into()),
+            hub_value: Some("\"1\"".into()),
+        };
+        let id = |name: &str| ManifestIdentifier {
+            kind: "ConfigMap".into(),
+            version: "v1".into(),
+            namespace: Some("app".into()),
+            name: name.into(),
+            ..Default::default()
+        };
+        let mut w = work(3, None, vec![]);
+        w.status = Some(WorkStatus {
+            conditions: vec![fleethub_crds::conditions::Condition {
+                type_: APPLIED.into(),
+                status: FALSE.into(),
+                reason: "Drifted".into(),
+                message: String::new(),
+                observed_generation: None,
+                last_transition_time: Time(now),
+            }],
+            manifest_conditions: vec![
+                ManifestCondition {
+                    identifier: id("a"),
+                    drift: Some(ManifestDrift {
+                        type_: DriftType::Drifted,
+                        first_seen_time: Time(now),
+                        field_count: 1,
+                        fields: vec![field.clone()],
+                    }),
+                    ..Default::default()
+                },
+                ManifestCondition {
+                    identifier: id("b"),
+                    last_correction: Some(DriftCorrection {
+                        time: Time(now),
+                        fields: vec![field],
+                    }),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        });
+        let status = binding_status(&b, &sync, Some(&w), now);
+        let drifted = find(&status.conditions, DRIFTED).unwrap();
+        assert_eq!(
+            (drifted.status.as_str(), drifted.reason.as_str()),
+            (TRUE, "Drifted")
+        );
+        assert_eq!(
+            drifted.message,
+            "1 object differs from the hub: ConfigMap app/a (Drifted: data.v: member \"edited\", hub \"1\")"
+        );
+        assert_eq!(status.drifted_object_count, Some(1));
+        assert_eq!(status.drifted_objects[0].object, "ConfigMap app/a");
+        let correction = status.last_drift_correction.clone().unwrap();
+        assert_eq!(correction.object, "ConfigMap app/b");
+        // A correction is announced once: not again when the binding already records it.
+        assert!(new_correction(None, Some(&correction)).is_some());
+        assert!(new_correction(Some(&correction), Some(&correction)).is_none());
+
+        w.status.as_mut().unwrap().manifest_conditions.clear();
+        let synced = binding_status(&b, &sync, Some(&w), now);
+        let drifted = find(&synced.conditions, DRIFTED).unwrap();
+        assert_eq!(
+            (drifted.status.as_str(), drifted.reason.as_str()),
+            (FALSE, drift::reason::IN_SYNC)
+        );
+        assert!(synced.drifted_objects.is_empty());
+        assert_eq!(synced.drifted_object_count, None);
+        let unreported = binding_status(&b, &sync, None, now);
+        let drifted = find(&unreported.conditions, DRIFTED).unwrap();
+        assert_eq!(drifted.reason, reason::NOT_REPORTED);
     }
 }

@@ -5,6 +5,7 @@
 mod agent_manifests;
 mod autoupdate;
 mod cluster;
+mod drift;
 mod error;
 mod join;
 mod render;
@@ -26,6 +27,7 @@ const EXAMPLES: &str = "Examples:
   kubectl fleet approvals
   kubectl fleet approve sample-rollout-canary -m 'canary metrics look good'
   kubectl fleet stop sample-rollout; kubectl fleet resume sample-rollout
+  kubectl fleet drift; kubectl fleet drift web --corrections
   kubectl fleet autoupdates; kubectl fleet autoupdate web
   kubectl fleet autoupdate check web; kubectl fleet autoupdate reset web
   kubectl fleet join prod-eu-1 --member-kubeconfig prod-eu-1.kubeconfig -l environment=production \\
@@ -93,6 +95,17 @@ enum Command {
         /// Why, recorded in the condition's message.
         #[arg(short, long, default_value = "")]
         message: String,
+    },
+    /// List every member object that differs from the hub's (drifted and left so, diffed under
+    /// ReportDiff, not taken over): cluster, placement, object, field, the member's and the
+    /// hub's values, since when.
+    Drift {
+        /// Only this Placement's objects.
+        placement: Option<String>,
+        /// List the restorations the agents made instead (whenToApply: Always): the newest per
+        /// object, with what the member had.
+        #[arg(long)]
+        corrections: bool,
     },
     /// List AutoUpdatePolicies: target, current and available version, what is in flight,
     /// the circuit, the next check.
@@ -217,6 +230,10 @@ async fn execute(cli: Cli) -> Result<()> {
             ref request,
             ref message,
         } => runs::approve(&hub(None).await?, request, message).await,
+        Command::Drift {
+            ref placement,
+            corrections,
+        } => drift::drift(&hub(None).await?, placement.as_deref(), corrections).await,
         Command::Autoupdates => autoupdate::list(&hub(None).await?).await,
         Command::Autoupdate {
             ref action,

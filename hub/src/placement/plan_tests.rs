@@ -114,7 +114,7 @@ fn binding(
     );
     b.status = Some(BindingStatus {
         conditions: reports,
-        applied_resource_snapshot_index: None,
+        ..Default::default()
     });
     Arc::new(b)
 }
@@ -646,4 +646,91 @@ fn roll_up_without_a_snapshot_waits_for_one() {
         cond(&status.conditions, AVAILABLE).2,
         "0/1 clusters run the latest resource snapshot (-) and are available"
     );
+}
+
+#[test]
+fn roll_up_names_the_clusters_that_differ_from_the_hub() {
+    use fleethub_crds::apply_strategy::{DriftType, FieldDiff};
+    use fleethub_crds::drift::{DRIFTED, DriftedObject};
+    let object = |name: &str| DriftedObject {
+        object: format!("ConfigMap app/{name}"),
+        type_: DriftType::Drifted,
+        first_seen_time: Time(t(1)),
+        field_count: 4,
+        fields: (0..4)
+            .map(|i| FieldDiff {
+                path: format!("data.k{i}"),
+                member_value: Some("1".into()),
+                hub_value: Some("2".into()),
+            })
+            .collect(),
+    };
+    let mut drifted = binding(
+        "a",
+        BindingState::Bound,
+        Some(1),
+        None,
+        vec![Condition {
+            reason: "Drifted".into(),
+            ..report(DRIFTED, true, "7 objects differ from the hub: …")
+        }],
+    );
+    let status = Arc::make_mut(&mut drifted).status.get_or_insert_default();
+    status.drifted_objects = (0..7).map(|i| object(&format!("c{i}"))).collect();
+    status.drifted_object_count = Some(7);
+    let in_sync = binding(
+        "b",
+        BindingState::Bound,
+        Some(1),
+        None,
+        vec![Condition {
+            reason: "InSync".into(),
+            ..report(DRIFTED, false, "every object on the member matches the hub")
+        }],
+    );
+    let mut status = fleethub_crds::placement::PlacementStatus::default();
+    let selected: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+    roll_up(
+        &mut status,
+        &[drifted, in_sync],
+        &selected,
+        Some(1),
+        RolloutStrategyType::External,
+        t(5),
+        Some(1),
+    );
+    assert_eq!(status.drifted_cluster_count, Some(1));
+    let a = &status.placement_statuses[0];
+    assert_eq!(
+        cond(&a.conditions, DRIFTED),
+        (TRUE, "Drifted", "7 objects differ from the hub: …")
+    );
+    assert_eq!(a.drifted_objects.len(), 5);
+    assert_eq!(a.drifted_objects[0].fields.len(), 3);
+    assert_eq!(a.drifted_object_count, Some(7));
+    let b = &status.placement_statuses[1];
+    assert_eq!(cond(&b.conditions, DRIFTED).1, "InSync");
+    assert_eq!(
+        cond(&status.placement_statuses[2].conditions, DRIFTED),
+        (FALSE, reason::NOT_YET, "no report yet")
+    );
+    let (s, r, m) = cond(&status.conditions, DRIFTED);
+    assert_eq!((s, r), (TRUE, "ClustersDiffer"));
+    assert!(
+        m.starts_with("1/3 clusters have objects that differ from the hub: a (7 objects)"),
+        "{m}"
+    );
+
+    let mut status = fleethub_crds::placement::PlacementStatus::default();
+    roll_up(
+        &mut status,
+        &[],
+        &selected,
+        None,
+        RolloutStrategyType::External,
+        t(5),
+        Some(1),
+    );
+    assert_eq!(status.drifted_cluster_count, Some(0));
+    assert_eq!(cond(&status.conditions, DRIFTED).1, "InSync");
 }

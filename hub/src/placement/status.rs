@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use fleethub_crds::binding::BindingState;
 use fleethub_crds::conditions::{FALSE, NewCondition, TRUE, find, set_condition};
+use fleethub_crds::drift::{self, DRIFTED};
 use fleethub_crds::placement::{
     APPLIED, AVAILABLE, ClusterPlacementStatus, PlacementStatus, ROLLOUT_STARTED,
     RolloutStrategyType, SCHEDULED, reason,
@@ -77,7 +78,12 @@ fn scheduled<'a>(
     NewCondition::new(SCHEDULED, status, reason, message, generation)
 }
 
-/// Per-cluster and overall rollout conditions from the bindings.
+/// Objects listed per cluster on the placement (its Binding lists more).
+const CLUSTER_OBJECTS: usize = 5;
+/// Fields listed per object on the placement.
+const CLUSTER_FIELDS: usize = 3;
+
+/// Per-cluster and overall rollout and drift conditions from the bindings.
 pub fn roll_up(
     status: &mut PlacementStatus,
     bindings: &[Arc<Binding>],
@@ -89,6 +95,7 @@ pub fn roll_up(
 ) {
     let mut per_cluster = Vec::new();
     let (mut applied, mut available) = (0, 0);
+    let mut drifted: Vec<String> = Vec::new();
     for cluster in selected {
         let mut conds = status
             .placement_statuses
@@ -141,14 +148,78 @@ pub fn roll_up(
                 available += 1;
             }
         }
+        let bs = binding.and_then(|b| b.status.as_ref());
+        let differs = match bs.and_then(|s| find(&s.conditions, DRIFTED)) {
+            Some(d) => {
+                let cond = NewCondition::new(
+                    DRIFTED,
+                    if d.status == TRUE { TRUE } else { FALSE },
+                    &d.reason,
+                    d.message.clone(),
+                    generation,
+                );
+                set_condition(&mut conds, cond, now);
+                d.status == TRUE
+            }
+            None => {
+                let none = c(DRIFTED, false, reason::NOT_YET, "no report yet".to_string());
+                set_condition(&mut conds, none, now);
+                false
+            }
+        };
+        let objects = bs.map(|s| s.drifted_objects.clone()).unwrap_or_default();
+        let count = bs.and_then(|s| s.drifted_object_count);
+        if differs {
+            drifted.push(format!(
+                "{cluster} ({} object{})",
+                count.unwrap_or_default(),
+                if count == Some(1) { "" } else { "s" }
+            ));
+        }
         per_cluster.push(ClusterPlacementStatus {
             cluster_name: cluster.clone(),
             resource_snapshot_index: index,
             conditions: conds,
+            drifted_objects: drift::trim(objects, CLUSTER_OBJECTS, CLUSTER_FIELDS),
+            drifted_object_count: count,
         });
     }
     status.placement_statuses = per_cluster;
+    status.drifted_cluster_count = Some(drifted.len() as i32);
     let n = selected.len();
+    let differ = if drifted.is_empty() {
+        NewCondition::new(
+            DRIFTED,
+            FALSE,
+            drift::reason::IN_SYNC,
+            "no cluster reports objects that differ from the hub".to_string(),
+            generation,
+        )
+    } else {
+        let shown = drifted
+            .iter()
+            .take(10)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        let more = drifted.len().saturating_sub(10);
+        let tail = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        NewCondition::new(
+            DRIFTED,
+            TRUE,
+            drift::reason::CLUSTERS_DIFFER,
+            format!(
+                "{}/{n} clusters have objects that differ from the hub: {shown}{tail} (`kubectl fleet drift` lists them)",
+                drifted.len(),
+            ),
+            generation,
+        )
+    };
+    set_condition(&mut status.conditions, differ, now);
     let c = |t, ok: bool, yes, no, m: String| {
         let (status, reason) = if ok { (TRUE, yes) } else { (FALSE, no) };
         NewCondition::new(t, status, reason, m, generation)
