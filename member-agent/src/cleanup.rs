@@ -10,6 +10,9 @@
 //!   member's own garbage collector deletes every object it owns, then the AppliedWork goes. A
 //!   finalizer on the Work makes the agent see the deletion even if it was down at the time; it
 //!   is removed once the AppliedWork is gone.
+//! - an AppliedWork whose Work is gone from the hub without that clean-up (its finalizer removed
+//!   by force, or a Work created and deleted before the agent could add it) is an orphan: the
+//!   agent's periodic sweep deletes it, and with it what it owns.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -21,8 +24,11 @@ use fleethub_crds::applied_work::{
 use fleethub_crds::field_manager::MEMBER_AGENT;
 use fleethub_crds::work::CLEANUP_FINALIZER;
 use fleethub_crds::work::ManifestIdentifier;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions,
+};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
@@ -35,6 +41,58 @@ use crate::work_applier::{Context, ManifestOutcome};
 /// How long to wait before looking again at an AppliedWork being deleted (its deletion is also
 /// watched; this is only a safety net).
 const DELETION_RECHECK: Duration = Duration::from_secs(30);
+
+/// How old an AppliedWork must be before a missing Work makes it an orphan: the agent creates it
+/// right after it first sees the Work, so a younger one may belong to a Work its cache has not
+/// caught up with.
+const ORPHAN_GRACE: Duration = Duration::from_secs(10);
+
+/// Deletes this agent's AppliedWorks whose Work no longer exists on the hub (foreground: the
+/// member's garbage collector deletes what they own first). The hub is asked before anything is
+/// deleted; an error reaching it deletes nothing. Returns how many were deleted.
+pub async fn sweep_orphans(ctx: &Context, works: &Store<Work>) -> Result<usize, Error> {
+    let api: Api<AppliedWork> = Api::all(ctx.member.clone());
+    let ours = ListParams::default().labels(&format!("{WORK_NAMESPACE_LABEL}={}", ctx.namespace));
+    let list = api
+        .list(&ours)
+        .await
+        .map_err(Error::member("listing AppliedWorks".to_string()))?;
+    let hub: Api<Work> = Api::namespaced(ctx.hub.clone(), &ctx.namespace);
+    let now = ctx.clock.now();
+    let mut deleted = 0;
+    for aw in list.items {
+        let work = &aw.spec.work_name;
+        let young = aw
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .is_none_or(|t| now.duration_since(t.0).unsigned_abs() < ORPHAN_GRACE);
+        if aw.metadata.deletion_timestamp.is_some()
+            || young
+            || works
+                .get(&ObjectRef::new(work).within(&ctx.namespace))
+                .is_some()
+        {
+            continue;
+        }
+        let key = format!("{}/{work}", ctx.namespace);
+        let exists = hub
+            .get_opt(work)
+            .await
+            .map_err(Error::hub(format!("reading Work {key}")))?;
+        if exists.is_some() {
+            continue;
+        }
+        let name = aw.name_any();
+        match api.delete(&name, &DeleteParams::foreground()).await {
+            Ok(_) => deleted += 1,
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(Error::member(format!("deleting AppliedWork {name}"))(e)),
+        }
+        tracing::warn!(work = %key, applied_work = %name, "the Work is gone from the hub without the agent's clean-up: deleting its AppliedWork and every object the agent created for it");
+    }
+    Ok(deleted)
+}
 
 /// What the AppliedWork's status should list, and which recorded objects left the Work.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

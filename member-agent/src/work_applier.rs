@@ -33,13 +33,13 @@ use fleethub_crds::work::ManifestIdentifier;
 use fleethub_crds::work::reason as work_reason;
 use fleethub_runtime::Health;
 use fleethub_runtime::retry::{Backoff, ERROR_BACKOFF, FailureBackoff};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{self, Action};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -220,6 +220,7 @@ pub async fn run(ctx: Arc<Context>, health: Health, shutdown: CancellationToken)
 
     let store = controller.store();
     ctx.metrics.count_works_in(store.clone());
+    let sweeper = tokio::spawn(sweep_orphans_periodically(ctx.clone(), store.clone()));
     let synced = tokio::spawn({
         let health = health.clone();
         let namespace = ctx.namespace.clone();
@@ -257,7 +258,24 @@ pub async fn run(ctx: Arc<Context>, health: Health, shutdown: CancellationToken)
         })
         .await;
     synced.abort();
+    sweeper.abort();
     stop_watches.cancel();
+}
+
+/// How often the agent looks for AppliedWorks whose Work is gone ([`cleanup::sweep_orphans`]).
+const ORPHAN_SWEEP_PERIOD: Duration = Duration::from_secs(30);
+
+/// Sweeps orphaned AppliedWorks every [`ORPHAN_SWEEP_PERIOD`], once the Works are listed.
+async fn sweep_orphans_periodically(ctx: Arc<Context>, works: Store<Work>) {
+    loop {
+        tokio::time::sleep(ORPHAN_SWEEP_PERIOD).await;
+        if works.wait_until_ready().now_or_never().is_none() {
+            continue;
+        }
+        if let Err(e) = cleanup::sweep_orphans(&ctx, &works).await {
+            tracing::warn!(namespace = %ctx.namespace, error = %e, "sweeping orphaned AppliedWorks failed; trying again later");
+        }
+    }
 }
 
 fn error_policy(work: Arc<Work>, error: &Error, ctx: Arc<Context>) -> Action {

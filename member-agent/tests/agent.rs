@@ -394,6 +394,60 @@ async fn deleting_a_work_keeps_objects_the_agent_did_not_create() {
 }
 
 #[tokio::test]
+async fn an_applied_work_whose_work_went_without_the_agents_clean_up_is_removed() {
+    let fleet = Fleet::get().unwrap();
+    let m = TestMember::create(fleet, None).await;
+    let agent = TestAgent::start(fleet, &m.name).await;
+    agent.wait_ready().await;
+    let app = unique_name("orphan");
+    m.cleanup.track::<Namespace>("member-1", None, &app);
+    let placement = unique_name("orphan");
+    m.apply_work(
+        "orphan",
+        work_spec(
+            &placement,
+            1,
+            vec![
+                namespace(&app),
+                config_map(&app, "created", json!({"fleet": "yes"})),
+            ],
+        ),
+    )
+    .await;
+    m.wait_work("orphan", "Applied", |w| {
+        has(w, "Applied", "True", "ManifestsApplied")
+    })
+    .await;
+
+    // The Work goes without the agent's clean-up: its finalizer is removed by force.
+    m.works()
+        .patch(
+            "orphan",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    m.works()
+        .delete("orphan", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_deleted(&m.works(), "orphan", TIMEOUT).await.unwrap();
+
+    // The agent's sweep finds the orphaned AppliedWork; the member's garbage collector removes
+    // what it owned.
+    wait_deleted(&m.applied_works(), &m.applied_work_name("orphan"), TIMEOUT)
+        .await
+        .unwrap();
+    let config_maps: Api<ConfigMap> = Api::namespaced(m.member.clone(), &app);
+    wait_deleted(&config_maps, "created", TIMEOUT)
+        .await
+        .unwrap();
+    drop(agent);
+    m.delete().await;
+}
+
+#[tokio::test]
 async fn a_restarted_agent_converges_without_duplicates_and_sees_deletions_made_while_down() {
     let fleet = Fleet::get().unwrap();
     let m = TestMember::create(fleet, None).await;
