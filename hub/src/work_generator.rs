@@ -169,9 +169,26 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
     let work = observe(&ctx, &binding).await?;
     let strategy = apply_strategy(&ctx, &binding).await;
     let step = plan(&binding, work.as_deref(), &strategy);
+    if matches!(step, Step::Apply(_)) && work.is_none() && !still_exists(&ctx, &binding).await? {
+        // A cache running behind a burst of deletions still holds a Binding that is gone: a Work
+        // created for it would reach the member before the garbage collector removed it.
+        tracing::info!("the Binding is gone or being deleted; no Work is created for it");
+        return Ok(Requeue::await_change());
+    }
     let outcome = act(&ctx, &binding, step, work, strategy).await?;
     report(&ctx, &binding, &outcome).await?;
     Ok(outcome.requeue)
+}
+
+/// Whether `binding` (this very object, by uid) exists on the API server and is not being
+/// deleted. Asked only before a Work is first created.
+async fn still_exists(ctx: &Context, binding: &Binding) -> Result<bool, Error> {
+    let current = Api::<Binding>::all(ctx.client.clone())
+        .get_opt(&binding.name_any())
+        .await?;
+    Ok(current.is_some_and(|b| {
+        b.metadata.uid == binding.metadata.uid && b.metadata.deletion_timestamp.is_none()
+    }))
 }
 
 /// The binding's Work, from the cache; while the cache is still listing (right after a
