@@ -155,6 +155,9 @@ pub struct PlacementClusterRow {
     pub applied: State,
     /// `Available` as the member reported it.
     pub available: State,
+    /// Whether the member's objects match the hub's (`Drifted`, `Differs`, `Takeover refused`,
+    /// `In sync`), with the objects and fields in the message.
+    pub drift: State,
 }
 
 /// The Runs page.
@@ -238,6 +241,9 @@ pub struct ClusterView {
     pub started: Option<i64>,
     /// End time, unix seconds.
     pub ended: Option<i64>,
+    /// Set when objects on this cluster differ from the hub's and are left so.
+    #[serde(default)]
+    pub drift: Option<State>,
 }
 
 /// An after-stage task.

@@ -141,6 +141,7 @@ fn clusters_table(p: &PlacementRow) -> AnyView {
                     <th class="num">"Runs"</th>
                     <th>"Applied"</th>
                     <th>"Available"</th>
+                    <th>"Drift"</th>
                 </tr>
             </thead>
             <tbody>
@@ -155,6 +156,7 @@ fn clusters_table(p: &PlacementRow) -> AnyView {
                                 <td class="num">{number_or_dash(c.applied_index)}</td>
                                 <td>{badge(&c.applied)}</td>
                                 <td>{badge(&c.available)}</td>
+                                <td data-drift=c.drift.label.clone()>{badge(&c.drift)}</td>
                             </tr>
                         }
                     })

@@ -134,7 +134,18 @@ fn stage_view(s: StageView, can_approve: bool) -> AnyView {
                                     <td>{badge(&c.state)}</td>
                                     <td>{clock(c.started)}</td>
                                     <td>{clock(c.ended)}</td>
-                                    <td class="detail">{c.state.message.clone()}</td>
+                                    <td class="detail">
+                                        {c.state.message.clone()}
+                                        {c
+                                            .drift
+                                            .as_ref()
+                                            .map(|d| {
+                                                view! {
+                                                    " "
+                                                    <span class="drift">{badge(d)} " " {d.message.clone()}</span>
+                                                }
+                                            })}
+                                    </td>
                                 </tr>
                             }
                         })

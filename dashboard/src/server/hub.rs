@@ -251,7 +251,14 @@ pub async fn run(client: &Client, name: &str) -> Result<RunView, Error> {
         .map_err(|e| {
             Error::from_kube(e, "list the run's approval requests", "approval requests")
         })?;
-    Ok(views::run(&run, &approvals.items))
+    let bindings = Api::<Binding>::all(client.clone())
+        .list(
+            &ListParams::default()
+                .fields(&format!("spec.placementName={}", run.spec.placement_name)),
+        )
+        .await
+        .map_err(|e| Error::from_kube(e, "list the placement's bindings", "bindings"))?;
+    Ok(views::run(&run, &approvals.items, &bindings.items))
 }
 
 /// The Auto-updates page.

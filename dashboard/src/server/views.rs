@@ -7,6 +7,7 @@ pub use auto_updates::auto_updates;
 use std::collections::BTreeMap;
 
 use fleethub_crds::conditions::{FALSE, TRUE, find};
+use fleethub_crds::drift::{self, DRIFTED};
 use fleethub_crds::run_progress::{
     Approval, ClusterPhase, ClusterProgress, RunPhase, RunProgress, StagePhase, StageProgress,
     TaskProgress,
@@ -37,6 +38,25 @@ fn condition_state(
         Some(c) if c.status == FALSE => State::new(no.0, no.1, c.message.clone()),
         Some(c) => State::new("Unknown", Tone::Idle, c.message.clone()),
         None => State::new("Unknown", Tone::Idle, format!("not reported yet ({type_})")),
+    }
+}
+
+/// How a cluster's objects compare with the hub's, from its Binding's `Drifted` condition.
+fn drift_state(conditions: &[Condition]) -> State {
+    match find(conditions, DRIFTED) {
+        Some(c) if c.status == TRUE => {
+            let label = match c.reason.as_str() {
+                "TakeoverRefused" => "Takeover refused",
+                "Diffed" => "Differs",
+                _ => "Drifted",
+            };
+            State::new(label, Tone::Wait, c.message.clone())
+        }
+        Some(c) if c.reason == drift::reason::IN_SYNC => {
+            State::new("In sync", Tone::Good, c.message.clone())
+        }
+        Some(c) => State::new("Unknown", Tone::Idle, c.message.clone()),
+        None => State::new("Unknown", Tone::Idle, "not reported yet (Drifted)"),
     }
 }
 
@@ -123,6 +143,7 @@ pub fn placements(
                         applied_index: bs.applied_resource_snapshot_index,
                         applied: judge(APPLIED, "Applied", "Not applied"),
                         available: judge(AVAILABLE, "Available", "Not available"),
+                        drift: drift_state(&bs.conditions),
                     },
                 );
             }
@@ -136,6 +157,7 @@ pub fn placements(
                         applied_index: None,
                         applied: State::new("Unknown", Tone::Idle, "no binding yet"),
                         available: State::new("Unknown", Tone::Idle, "no binding yet"),
+                        drift: State::new("Unknown", Tone::Idle, "no binding yet"),
                     });
             }
             let mut own_runs: Vec<&UpdateRun> = runs
@@ -280,6 +302,7 @@ fn stage_view(stage: &StageProgress) -> StageView {
                 state: cluster_state(c),
                 started: c.started.map(|t| t.as_second()),
                 ended: c.ended.map(|t| t.as_second()),
+                drift: None,
             })
             .collect(),
         before_tasks: stage.before_tasks.iter().map(task_view).collect(),
@@ -320,10 +343,20 @@ pub fn runs(mut runs: Vec<UpdateRun>) -> RunsView {
     }
 }
 
-/// The page of one run, with its ApprovalRequests.
-pub fn run(run: &UpdateRun, approvals: &[ApprovalRequest]) -> RunView {
+/// The page of one run, with its ApprovalRequests and its placement's Bindings (a cluster whose
+/// objects differ from the hub's is marked).
+pub fn run(run: &UpdateRun, approvals: &[ApprovalRequest], bindings: &[Binding]) -> RunView {
     let progress = RunProgress::new(run, approvals);
     let mut stages: Vec<StageView> = progress.stages.iter().map(stage_view).collect();
+    for c in stages.iter_mut().flat_map(|s| s.clusters.iter_mut()) {
+        c.drift = bindings
+            .iter()
+            .filter(|b| b.spec.placement_name == run.spec.placement_name)
+            .find(|b| b.spec.target_cluster == c.name)
+            .and_then(|b| b.status.as_ref())
+            .filter(|s| find(&s.conditions, DRIFTED).is_some_and(|d| d.status == TRUE))
+            .map(|s| drift_state(&s.conditions));
+    }
     if let Some(d) = progress
         .deletion
         .as_ref()
@@ -455,6 +488,54 @@ mod tests {
         run
     }
 
+    fn binding(cluster: &str, drifted: Condition) -> Binding {
+        let mut b = Binding::new(
+            &format!("web-{cluster}"),
+            fleethub_crds::binding::BindingSpec {
+                placement_name: "web".into(),
+                target_cluster: cluster.into(),
+                state: fleethub_crds::binding::BindingState::Bound,
+                resource_snapshot_index: Some(1),
+                ..Default::default()
+            },
+        );
+        b.status = Some(fleethub_crds::binding::BindingStatus {
+            conditions: vec![drifted],
+            ..Default::default()
+        });
+        b
+    }
+
+    #[test]
+    fn clusters_whose_objects_differ_are_marked_on_the_run_and_the_placement() {
+        let message = "1 object differs from the hub: ConfigMap app/c (Drifted: data.v: member \"x\", hub \"1\")";
+        let bindings = [
+            binding(
+                "member-2",
+                cond(DRIFTED, FALSE, drift::reason::IN_SYNC, "fine"),
+            ),
+            binding("member-3", cond(DRIFTED, TRUE, "Drifted", message)),
+        ];
+        let view = super::run(&waiting_run(), &[], &bindings);
+        let clusters = &view.stages[0].clusters;
+        assert_eq!(clusters[0].drift, None, "an in-sync cluster is not marked");
+        let marked = clusters[1].drift.clone().unwrap();
+        assert_eq!(
+            (marked.label.as_str(), marked.tone),
+            ("Drifted", Tone::Wait)
+        );
+        assert_eq!(marked.message, message);
+
+        let placement = Placement::new("web", Default::default());
+        let page = placements(vec![placement], vec![], bindings.to_vec(), &[], vec![]);
+        let rows = &page.placements[0].clusters;
+        assert_eq!(rows[0].drift.label, "In sync");
+        assert_eq!(rows[1].drift.label, "Drifted");
+        let refused = cond(DRIFTED, TRUE, "TakeoverRefused", "m");
+        assert_eq!(drift_state(&[refused]).label, "Takeover refused");
+        assert_eq!(drift_state(&[]).label, "Unknown");
+    }
+
     #[test]
     fn an_updating_clusters_row_says_what_it_waits_for() {
         let mut run = waiting_run();
@@ -467,7 +548,7 @@ mod tests {
             "started",
         )];
         cluster.progress = Some("not available yet: phasedrollout app/db: 2/5 pods rolled".into());
-        let view = super::run(&run, &[]);
+        let view = super::run(&run, &[], &[]);
         let row = &view.stages[0].clusters[1].state;
         assert_eq!(row.label, "Updating");
         assert_eq!(
@@ -486,7 +567,7 @@ mod tests {
                 target_stage: "canary".into(),
             },
         );
-        let view = super::run(&run, std::slice::from_ref(&ar));
+        let view = super::run(&run, std::slice::from_ref(&ar), &[]);
         assert_eq!(view.row.state.label, "Waiting");
         assert_eq!(view.row.done, 1);
         assert_eq!(view.row.total, 2);
@@ -517,7 +598,7 @@ mod tests {
                 "approved by alice: lgtm",
             )],
         });
-        let view = super::run(&run, &[approved.clone()]);
+        let view = super::run(&run, &[approved.clone()], &[]);
         match &view.stages[0].tasks[0] {
             TaskView::Approval {
                 pending,
