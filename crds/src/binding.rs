@@ -11,6 +11,8 @@ pub use crate::work::{APPLIED, AVAILABLE};
 
 /// Condition type: the Work carries the snapshot the binding points at.
 pub const WORK_SYNCHRONIZED: &str = "WorkSynchronized";
+/// Condition type: the overrides the binding names were applied to its Work.
+pub const OVERRIDDEN: &str = "Overridden";
 
 /// Reasons the work generator writes on a Binding's conditions.
 pub mod reason {
@@ -30,6 +32,13 @@ pub mod reason {
     pub const MEMBER_REPORTED_NOT_READY: &str = "MemberReportedNotReady";
     /// `Applied`/`Available=False`: the member has not reported on the current Work yet.
     pub const NOT_REPORTED: &str = "NotReported";
+    /// `Overridden=True`: no override changes what this cluster gets.
+    pub const NO_OVERRIDE_SPECIFIED: &str = "NoOverrideSpecified";
+    /// `Overridden=True`: overrides changed what this cluster gets (the message names them).
+    pub const OVERRIDDEN_SUCCEEDED: &str = "OverriddenSucceeded";
+    /// `Overridden=False`: an override rule cannot be applied for this cluster (the message names
+    /// the override, the rule and the path); nothing is written to the cluster's Work.
+    pub const OVERRIDDEN_FAILED: &str = "OverriddenFailed";
 }
 
 /// Binds one Placement to one member cluster, named `<placement>-<cluster>`. Pointing it at a
@@ -108,6 +117,26 @@ pub struct BindingSpec {
     )]
     #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("healthTimeout must be longer than 0s"))]
     pub health_timeout: Option<String>,
+    /// The ClusterResourceOverrideSnapshots applied to the Work, by name (set with the
+    /// snapshot index: a run's are fixed when it starts).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub cluster_resource_override_snapshots: Vec<String>,
+    /// The ResourceOverrideSnapshots applied to the Work.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub resource_override_snapshots: Vec<NamespacedName>,
+}
+
+/// An object in a namespace, by name.
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord,
+)]
+pub struct NamespacedName {
+    /// Its name.
+    pub name: String,
+    /// Its namespace.
+    pub namespace: String,
 }
 
 /// The lifecycle of a binding.

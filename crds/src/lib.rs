@@ -19,6 +19,8 @@ pub mod field_manager;
 pub mod member_cluster;
 pub mod metric_check;
 pub mod names;
+pub mod override_apply;
+pub mod overrides;
 pub mod phased_rollout;
 pub mod placement;
 pub mod resource_snapshot;
@@ -60,6 +62,10 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         ApprovalRequest::crd(),
         AutoUpdatePolicy::crd(),
         PhasedRollout::crd(),
+        overrides::ClusterResourceOverride::crd(),
+        overrides::ResourceOverride::crd(),
+        overrides::ClusterResourceOverrideSnapshot::crd(),
+        overrides::ResourceOverrideSnapshot::crd(),
     ]
 }
 

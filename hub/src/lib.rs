@@ -7,8 +7,10 @@ mod error;
 pub mod leader;
 pub mod membership;
 pub mod metrics;
+pub mod override_snapshots;
 pub mod placement;
 pub mod update_run;
 pub mod work_generator;
+mod work_overrides;
 
 pub use error::Error;

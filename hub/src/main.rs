@@ -12,7 +12,9 @@ use clap::Parser;
 use fleethub_hub::clock::{Clock, SystemClock};
 use fleethub_hub::leader::{LeaderElectionArgs, LeaderElector};
 use fleethub_hub::metrics::Metrics;
-use fleethub_hub::{autoupdate, membership, placement, update_run, work_generator};
+use fleethub_hub::{
+    autoupdate, membership, override_snapshots, placement, update_run, work_generator,
+};
 use fleethub_runtime::logging;
 use fleethub_runtime::process::{ProcessArgs, register_build_info};
 use fleethub_runtime::{Health, kubeconfig, probe};
@@ -174,6 +176,11 @@ async fn run_controllers(
             client.clone(),
             namespace.to_string(),
             clock.clone(),
+            metrics.clone(),
+            stop.clone(),
+        )),
+        tokio::spawn(override_snapshots::run(
+            client.clone(),
             metrics.clone(),
             stop.clone(),
         )),

@@ -13,8 +13,11 @@ use fleethub_crds::binding::{
 };
 use fleethub_crds::conditions::{FALSE, NewCondition, TRUE, find, set_condition};
 use fleethub_crds::drift::{self, DRIFTED, ObjectCorrection};
+use fleethub_crds::overrides::{ClusterResourceOverrideSnapshot, ResourceOverrideSnapshot};
 use fleethub_crds::work::{WorkSpec, WorkStatus, WorkloadTemplate};
-use fleethub_crds::{Binding, Placement, ResourceSnapshot, Work, field_manager, names};
+use fleethub_crds::{
+    Binding, MemberCluster, Placement, ResourceSnapshot, Work, field_manager, names,
+};
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
@@ -29,6 +32,7 @@ use crate::Error;
 use crate::clock::Clock;
 use crate::error::{GONE, ok_if};
 use crate::metrics::Metrics;
+use crate::work_overrides::{self, Chosen, OVERRIDES_ANNOTATION, OverrideStores};
 use fleethub_runtime::CACHE_WAIT;
 
 struct Context {
@@ -40,6 +44,8 @@ struct Context {
     placements: Store<Placement>,
     /// Records a member's drift corrections on the binding's Placement.
     recorder: Recorder,
+    /// Override snapshots and member clusters, for the overrides applied to each Work.
+    overrides: OverrideStores,
 }
 
 /// Whether `work` already is what this controller would apply for `index` and `timeout`, so
@@ -89,15 +95,35 @@ pub async fn run(
 ) {
     let (works, works_writer) = reflector::store::<Work>();
     let (placements, placements_writer) = reflector::store::<Placement>();
+    let (cluster_overrides, cluster_overrides_writer) = reflector::store();
+    let (namespaced_overrides, namespaced_overrides_writer) = reflector::store();
+    let (members, members_writer) = reflector::store::<MemberCluster>();
     let ctx = Arc::new(Context {
         client: client.clone(),
         clock,
         works,
         placements,
         recorder: Recorder::new(client.clone(), Reporter::from("fleethub-hub")),
+        overrides: OverrideStores {
+            cluster: cluster_overrides,
+            namespaced: namespaced_overrides,
+            members,
+        },
     });
     let controller = fleethub_runtime::controller_for(Api::<Binding>::all(client.clone()));
     let bindings = controller.store();
+    // A new override snapshot, or a member's new labels, reach the Works of the bindings that
+    // follow the newest overrides (a run's bindings keep the snapshots it fixed).
+    let following = |bindings: Store<Binding>, cluster: Option<String>| {
+        bindings
+            .state()
+            .iter()
+            .filter(|b| !work_overrides::fixed(b))
+            .filter(|b| cluster.as_ref().is_none_or(|c| &b.spec.target_cluster == c))
+            .map(|b| ObjectRef::from_obj(b.as_ref()))
+            .collect::<Vec<_>>()
+    };
+    let (b1, b2, b3) = (bindings.clone(), bindings.clone(), bindings.clone());
     controller
         .owns_stream(fleethub_runtime::reflected_stream(
             Api::<Work>::all(client.clone()),
@@ -105,7 +131,10 @@ pub async fn run(
         ))
         // A placement's applyStrategy reaches its Works without a new snapshot or run.
         .watches_stream(
-            fleethub_runtime::reflected_stream(Api::<Placement>::all(client), placements_writer),
+            fleethub_runtime::reflected_stream(
+                Api::<Placement>::all(client.clone()),
+                placements_writer,
+            ),
             move |p: Placement| {
                 let name = p.name_any();
                 bindings
@@ -115,6 +144,27 @@ pub async fn run(
                     .map(|b| ObjectRef::from_obj(b.as_ref()))
                     .collect::<Vec<_>>()
             },
+        )
+        .watches_stream(
+            fleethub_runtime::reflected_stream(
+                Api::<ClusterResourceOverrideSnapshot>::all(client.clone()),
+                cluster_overrides_writer,
+            ),
+            move |_| following(b1.clone(), None),
+        )
+        .watches_stream(
+            fleethub_runtime::reflected_stream(
+                Api::<ResourceOverrideSnapshot>::all(client.clone()),
+                namespaced_overrides_writer,
+            ),
+            move |_| following(b2.clone(), None),
+        )
+        .watches_stream(
+            fleethub_runtime::reflected_stream(
+                Api::<MemberCluster>::all(client.clone()),
+                members_writer,
+            ),
+            move |m: MemberCluster| following(b3.clone(), Some(m.name_any())),
         )
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(
@@ -168,14 +218,29 @@ async fn snapshot_manifests(
 async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let work = observe(&ctx, &binding).await?;
     let strategy = apply_strategy(&ctx, &binding).await;
-    let step = plan(&binding, work.as_deref(), &strategy);
+    let chosen = ctx.overrides.chosen(&binding);
+    let step = match plan(&binding, work.as_deref(), &strategy) {
+        // The Work was written with other override snapshots than the binding now follows.
+        Step::Keep(index)
+            if !work_overrides::fixed(&binding)
+                && work.as_ref().is_some_and(|w| {
+                    w.annotations()
+                        .get(OVERRIDES_ANNOTATION)
+                        .map(String::as_str)
+                        != Some(chosen.key().as_str())
+                }) =>
+        {
+            Step::Apply(index)
+        }
+        step => step,
+    };
     if matches!(step, Step::Apply(_)) && work.is_none() && !still_exists(&ctx, &binding).await? {
         // A cache running behind a burst of deletions still holds a Binding that is gone: a Work
         // created for it would reach the member before the garbage collector removed it.
         tracing::info!("the Binding is gone or being deleted; no Work is created for it");
         return Ok(Requeue::await_change());
     }
-    let outcome = act(&ctx, &binding, step, work, strategy).await?;
+    let outcome = act(&ctx, &binding, step, work, strategy, &chosen).await?;
     report(&ctx, &binding, &outcome).await?;
     Ok(outcome.requeue)
 }
@@ -257,6 +322,8 @@ struct Outcome {
     work: Option<Arc<Work>>,
     sync: Sync,
     requeue: Requeue,
+    /// The binding's `Overridden` condition, when the overrides were applied this time.
+    overridden: Option<NewCondition<'static>>,
 }
 
 /// Performs `step` on the binding's `work`.
@@ -266,6 +333,7 @@ async fn act(
     step: Step,
     work: Option<Arc<Work>>,
     strategy: Option<ApplyStrategy>,
+    chosen: &Chosen,
 ) -> Result<Outcome, Error> {
     let (namespace, name) = work_ref(binding);
     let cluster = &binding.spec.target_cluster;
@@ -278,6 +346,7 @@ async fn act(
             message,
         },
         requeue: Requeue::await_change(),
+        overridden: None,
     };
     let synchronized =
         |index: i64| format!("Work {namespace}/{name} carries resource snapshot {index}");
@@ -297,7 +366,23 @@ async fn act(
                 let message = format!("ResourceSnapshot {snapshot} does not exist");
                 return Ok(outcome(work, FALSE, reason::SNAPSHOT_NOT_FOUND, message));
             };
-            let desired = desired_work(binding, index, manifests, strategy);
+            let applied = ctx.overrides.apply(chosen, binding, &manifests);
+            let overridden =
+                work_overrides::overridden(cluster, &applied, binding.metadata.generation);
+            let manifests = match applied {
+                Ok(applied) => applied.manifests,
+                Err(e) => {
+                    tracing::warn!(error = %e, "an override cannot be applied; the Work is left as it is");
+                    return Ok(Outcome {
+                        overridden: Some(overridden),
+                        ..outcome(work, FALSE, reason::OVERRIDDEN_FAILED, e.to_string())
+                    });
+                }
+            };
+            let mut desired = desired_work(binding, index, manifests, strategy);
+            desired
+                .annotations_mut()
+                .insert(OVERRIDES_ANNOTATION.to_string(), chosen.key());
             let params = PatchParams::apply(field_manager::WORK_GENERATOR).force();
             match works.patch(&name, &params, &Patch::Apply(&desired)).await {
                 Ok(applied) => {
@@ -306,12 +391,15 @@ async fn act(
                         tracing::info!(work = %work_key(&applied), index, "Work now carries resource snapshot {index}");
                     }
                     let applied = Some(Arc::new(applied));
-                    outcome(
-                        applied,
-                        TRUE,
-                        reason::WORK_SYNCHRONIZED,
-                        synchronized(index),
-                    )
+                    Outcome {
+                        overridden: Some(overridden),
+                        ..outcome(
+                            applied,
+                            TRUE,
+                            reason::WORK_SYNCHRONIZED,
+                            synchronized(index),
+                        )
+                    }
                 }
                 Err(kube::Error::Api(e)) if e.code == 404 => Outcome {
                     requeue: Requeue::requeue(Duration::from_secs(10)),
@@ -339,12 +427,15 @@ async fn act(
 /// the Work as it now is (from the cache or the Work just applied: the member's next report is
 /// a Work change that triggers this again).
 async fn report(ctx: &Context, binding: &Binding, outcome: &Outcome) -> Result<(), Error> {
-    let status = binding_status(
+    let mut status = binding_status(
         binding,
         &outcome.sync,
         outcome.work.as_deref(),
         ctx.clock.now(),
     );
+    if let Some(overridden) = &outcome.overridden {
+        set_condition(&mut status.conditions, overridden.clone(), ctx.clock.now());
+    }
     if Some(&status) == binding.status.as_ref() {
         return Ok(());
     }
@@ -635,6 +726,7 @@ mod tests {
                 resource_snapshot_index: index,
                 update_run_name: None,
                 health_timeout: Some("30s".into()),
+                ..Default::default()
             },
         );
         b.metadata.uid = Some("uid-b".into());

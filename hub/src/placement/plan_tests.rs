@@ -110,6 +110,7 @@ fn binding(
             resource_snapshot_index: index,
             update_run_name: run.map(Into::into),
             health_timeout: None,
+            ..Default::default()
         },
     );
     b.status = Some(BindingStatus {

@@ -503,6 +503,7 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
                     resource_snapshot_index: Some(*index),
                     update_run_name: Some(run_name),
                     health_timeout: run.spec.health_timeout.clone(),
+                    ..Default::default()
                 },
             );
             bindings
