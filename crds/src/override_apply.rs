@@ -319,6 +319,22 @@ pub fn apply(
                     continue 'manifests;
                 }
                 for p in &rule.json_patch_overrides {
+                    match (p.op, &p.value) {
+                        (JsonPatchOp::Remove, Some(_)) => {
+                            return Err(fail(format!(
+                                "remove {}: a remove takes no value",
+                                p.path
+                            )));
+                        }
+                        (JsonPatchOp::Add | JsonPatchOp::Replace, None) => {
+                            return Err(fail(format!(
+                                "{} {}: a value is required",
+                                name(p.op),
+                                p.path
+                            )));
+                        }
+                        _ => {}
+                    }
                     let value = p
                         .value
                         .as_ref()

@@ -218,6 +218,19 @@ fn a_path_the_object_lacks_fails_naming_the_override_rule_and_path() {
     )
     .unwrap_err();
     assert!(err.reason.starts_with("remove /spec/paused"), "{err}");
+    let valueless = ro(
+        "valueless",
+        json!({"resourceSelectors": deployment_selector(), "policy": {"overrideRules": [
+            {"jsonPatchOverrides": [{"op": "replace", "path": "/spec/replicas"}]}]}}),
+    );
+    let err = apply(
+        &[deployment()],
+        &[Override::namespaced(&valueless)],
+        "web",
+        &cluster("m", &[]),
+    )
+    .unwrap_err();
+    assert_eq!(err.reason, "replace /spec/replicas: a value is required");
 }
 
 #[test]

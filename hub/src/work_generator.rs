@@ -369,8 +369,8 @@ async fn act(
             let applied = ctx.overrides.apply(chosen, binding, &manifests);
             let overridden =
                 work_overrides::overridden(cluster, &applied, binding.metadata.generation);
-            let manifests = match applied {
-                Ok(applied) => applied.manifests,
+            let (manifests, used) = match applied {
+                Ok(applied) => (applied.manifests, applied.used.join(",")),
                 Err(e) => {
                     tracing::warn!(error = %e, "an override cannot be applied; the Work is left as it is");
                     return Ok(Outcome {
@@ -380,9 +380,9 @@ async fn act(
                 }
             };
             let mut desired = desired_work(binding, index, manifests, strategy);
-            desired
-                .annotations_mut()
-                .insert(OVERRIDES_ANNOTATION.to_string(), chosen.key());
+            let annotations = desired.annotations_mut();
+            annotations.insert(OVERRIDES_ANNOTATION.to_string(), chosen.key());
+            annotations.insert(work_overrides::APPLIED_ANNOTATION.to_string(), used);
             let params = PatchParams::apply(field_manager::WORK_GENERATOR).force();
             match works.patch(&name, &params, &Patch::Apply(&desired)).await {
                 Ok(applied) => {
@@ -433,8 +433,18 @@ async fn report(ctx: &Context, binding: &Binding, outcome: &Outcome) -> Result<(
         outcome.work.as_deref(),
         ctx.clock.now(),
     );
-    if let Some(overridden) = &outcome.overridden {
-        set_condition(&mut status.conditions, overridden.clone(), ctx.clock.now());
+    // Restated on every write (a write from a cache that does not hold the last one yet would
+    // otherwise drop it): from this reconcile's application, or as the Work records it.
+    let overridden = outcome.overridden.clone().or_else(|| {
+        let work = outcome.work.as_deref()?;
+        work_overrides::recorded(
+            &binding.spec.target_cluster,
+            work,
+            binding.metadata.generation,
+        )
+    });
+    if let Some(overridden) = overridden {
+        set_condition(&mut status.conditions, overridden, ctx.clock.now());
     }
     if Some(&status) == binding.status.as_ref() {
         return Ok(());

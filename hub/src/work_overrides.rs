@@ -16,6 +16,11 @@ use kube::runtime::reflector::{ObjectRef, Store};
 /// separated), so that a new snapshot rewrites it.
 pub const OVERRIDES_ANNOTATION: &str = "fleethub.dev/override-snapshots";
 
+/// Annotation on a Work: the override snapshots that changed it (comma separated; empty when
+/// none did), from which the binding's `Overridden` condition is restated without applying the
+/// overrides again.
+pub const APPLIED_ANNOTATION: &str = "fleethub.dev/overrides-applied";
+
 /// The caches the choice and the application read.
 #[derive(Clone)]
 pub struct OverrideStores {
@@ -136,6 +141,26 @@ impl Chosen {
         names.sort();
         names.join(",")
     }
+}
+
+/// The binding's `Overridden` condition as recorded on the Work the overrides were last applied
+/// to, if they were.
+pub fn recorded(
+    cluster: &str,
+    work: &fleethub_crds::Work,
+    generation: Option<i64>,
+) -> Option<NewCondition<'static>> {
+    let used = work.annotations().get(APPLIED_ANNOTATION)?;
+    let used: Vec<String> = used
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    let applied = Applied {
+        manifests: Vec::new(),
+        used,
+    };
+    Some(overridden(cluster, &Ok(applied), generation))
 }
 
 /// The binding's `Overridden` condition for the outcome of applying its overrides.
