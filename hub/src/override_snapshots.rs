@@ -28,12 +28,9 @@ use crate::metrics::Metrics;
 
 /// Runs both snapshotters until `shutdown`.
 pub async fn run(client: Client, metrics: Metrics, shutdown: CancellationToken) {
-    let cluster = snapshotter::<ClusterResourceOverride, ClusterResourceOverrideSnapshot>(
-        client.clone(),
-        metrics.clone(),
-        shutdown.clone(),
-        "cluster-resource-override-snapshots",
-        |o, index| {
+    let cluster = Context::<ClusterResourceOverride, ClusterResourceOverrideSnapshot> {
+        client: client.clone(),
+        new: |o, index| {
             ClusterResourceOverrideSnapshot::new(
                 &snapshot_name(&o.name_any(), index),
                 ClusterResourceOverrideSnapshotSpec {
@@ -43,16 +40,13 @@ pub async fn run(client: Client, metrics: Metrics, shutdown: CancellationToken) 
                 },
             )
         },
-        |o, s| s.spec.override_spec == o.spec,
-        |s| s.spec.index,
-        |client, _| Api::all(client),
-    );
-    let namespaced = snapshotter::<ResourceOverride, ResourceOverrideSnapshot>(
+        same: |o, s| s.spec.override_spec == o.spec,
+        index: |s| s.spec.index,
+        api: |client, _| Api::all(client),
+    };
+    let namespaced = Context::<ResourceOverride, ResourceOverrideSnapshot> {
         client,
-        metrics,
-        shutdown,
-        "resource-override-snapshots",
-        |o, index| {
+        new: |o, index| {
             let mut s = ResourceOverrideSnapshot::new(
                 &snapshot_name(&o.name_any(), index),
                 ResourceOverrideSnapshotSpec {
@@ -64,23 +58,27 @@ pub async fn run(client: Client, metrics: Metrics, shutdown: CancellationToken) 
             s.metadata.namespace = o.namespace();
             s
         },
-        |o, s| s.spec.override_spec == o.spec,
-        |s| s.spec.index,
-        |client, namespace| Api::namespaced(client, namespace.unwrap_or_default()),
+        same: |o, s| s.spec.override_spec == o.spec,
+        index: |s| s.spec.index,
+        api: |client, namespace| Api::namespaced(client, namespace.unwrap_or_default()),
+    };
+    futures::join!(
+        snapshotter(
+            cluster,
+            metrics.clone(),
+            shutdown.clone(),
+            "cluster-resource-override-snapshots"
+        ),
+        snapshotter(namespaced, metrics, shutdown, "resource-override-snapshots"),
     );
-    futures::join!(cluster, namespaced);
 }
 
 /// A controller of overrides `O` that keeps their snapshots `S` current.
 async fn snapshotter<O, S>(
-    client: Client,
+    ctx: Context<O, S>,
     metrics: Metrics,
     shutdown: CancellationToken,
     name: &'static str,
-    new: fn(&O, i64) -> S,
-    same: fn(&O, &S) -> bool,
-    index: fn(&S) -> i64,
-    api: fn(Client, Option<&str>) -> Api<S>,
 ) where
     O: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
     S: Resource<DynamicType = ()>
@@ -93,16 +91,10 @@ async fn snapshotter<O, S>(
         + 'static,
     O: fleethub_runtime::Watched,
 {
-    let ctx = Arc::new(Context {
-        client: client.clone(),
-        new,
-        same,
-        index,
-        api,
-    });
+    let client = ctx.client.clone();
     fleethub_runtime::controller_for(Api::<O>::all(client))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, error_policy, Arc::new(ctx))
         .for_each(move |res| {
             metrics.observe(name, &res);
             std::future::ready(())
@@ -110,10 +102,14 @@ async fn snapshotter<O, S>(
         .await;
 }
 
+/// How one kind of override is snapshotted.
 struct Context<O, S> {
     client: Client,
+    /// Snapshot `index` of an override.
     new: fn(&O, i64) -> S,
+    /// Whether a snapshot holds the override's spec as it is.
     same: fn(&O, &S) -> bool,
+    /// A snapshot's index.
     index: fn(&S) -> i64,
     /// The API of an override's snapshots, given its namespace (cluster-wide or namespaced).
     api: fn(Client, Option<&str>) -> Api<S>,
