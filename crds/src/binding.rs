@@ -128,6 +128,38 @@ pub struct BindingSpec {
     pub resource_override_snapshots: Vec<NamespacedName>,
 }
 
+/// Override snapshots, by name: what a run fixes when it starts and binds its clusters to.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct OverrideSnapshots {
+    /// ClusterResourceOverrideSnapshots.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_resource_override_snapshots: Vec<String>,
+    /// ResourceOverrideSnapshots.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_override_snapshots: Vec<NamespacedName>,
+}
+
+impl OverrideSnapshots {
+    /// The snapshots' names, sorted and comma separated (`namespace/name` for ResourceOverride
+    /// snapshots): what the work generator records on a Work in
+    /// [`crate::overrides::WORK_OVERRIDES_ANNOTATION`].
+    pub fn key(&self) -> String {
+        let mut names: Vec<String> = self
+            .cluster_resource_override_snapshots
+            .iter()
+            .cloned()
+            .chain(
+                self.resource_override_snapshots
+                    .iter()
+                    .map(|n| format!("{}/{}", n.namespace, n.name)),
+            )
+            .collect();
+        names.sort();
+        names.join(",")
+    }
+}
+
 /// An object in a namespace, by name.
 #[derive(
     JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord,

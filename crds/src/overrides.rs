@@ -15,6 +15,11 @@ pub const OVERRIDE_LABEL: &str = "fleethub.dev/override";
 /// Label on an override snapshot: its index.
 pub const OVERRIDE_INDEX_LABEL: &str = "fleethub.dev/override-index";
 
+/// Annotation on a Work: the override snapshots considered when it was written
+/// ([`crate::binding::OverrideSnapshots::key`]), so that other snapshots rewrite it and a run can
+/// tell its overrides reached the Work.
+pub const WORK_OVERRIDES_ANNOTATION: &str = "fleethub.dev/override-snapshots";
+
 /// The name of snapshot `index` of override `name`.
 pub fn snapshot_name(name: &str, index: i64) -> String {
     format!("{name}-{index}")

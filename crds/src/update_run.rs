@@ -222,6 +222,12 @@ pub struct UpdateRunStatus {
     /// The plan and progress of every stage, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages_status: Vec<StageUpdatingStatus>,
+    /// The newest snapshot of every override that may apply to the placement, fixed at
+    /// initialization: every cluster the run binds gets these (each cluster only the rules that
+    /// select it; its Binding's `Overridden` condition says which changed it). Later edits of an
+    /// override do not affect this run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_override_snapshots: Option<crate::binding::OverrideSnapshots>,
     /// The final stage that removes the workload from clusters the placement no longer selects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_stage_status: Option<StageUpdatingStatus>,

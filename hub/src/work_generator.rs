@@ -220,15 +220,15 @@ async fn reconcile(binding: Arc<Binding>, ctx: Arc<Context>) -> Result<Requeue, 
     let strategy = apply_strategy(&ctx, &binding).await;
     let chosen = ctx.overrides.chosen(&binding);
     let step = match plan(&binding, work.as_deref(), &strategy) {
-        // The Work was written with other override snapshots than the binding now follows.
+        // The Work was written with other override snapshots than the binding now has (a new
+        // snapshot it follows, or a run that fixed others).
         Step::Keep(index)
-            if !work_overrides::fixed(&binding)
-                && work.as_ref().is_some_and(|w| {
-                    w.annotations()
-                        .get(OVERRIDES_ANNOTATION)
-                        .map(String::as_str)
-                        != Some(chosen.key().as_str())
-                }) =>
+            if work.as_ref().is_some_and(|w| {
+                w.annotations()
+                    .get(OVERRIDES_ANNOTATION)
+                    .map(String::as_str)
+                    != Some(chosen.key().as_str())
+            }) =>
         {
             Step::Apply(index)
         }

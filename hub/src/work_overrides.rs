@@ -12,9 +12,7 @@ use fleethub_crds::{Binding, MemberCluster};
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-/// Annotation on a Work: the override snapshots considered when it was written (sorted, comma
-/// separated), so that a new snapshot rewrites it.
-pub const OVERRIDES_ANNOTATION: &str = "fleethub.dev/override-snapshots";
+pub use fleethub_crds::overrides::WORK_OVERRIDES_ANNOTATION as OVERRIDES_ANNOTATION;
 
 /// Annotation on a Work: the override snapshots that changed it (comma separated; empty when
 /// none did), from which the binding's `Overridden` condition is restated without applying the
@@ -62,9 +60,7 @@ impl OverrideStores {
     /// newest snapshot of every override.
     pub fn chosen(&self, binding: &Binding) -> Chosen {
         let spec = &binding.spec;
-        if !spec.cluster_resource_override_snapshots.is_empty()
-            || !spec.resource_override_snapshots.is_empty()
-        {
+        if fixed(binding) {
             return Chosen {
                 cluster: spec
                     .cluster_resource_override_snapshots
@@ -126,20 +122,24 @@ impl OverrideStores {
 }
 
 impl Chosen {
-    /// The snapshots' names, sorted and comma separated (`ns/name` for namespaced ones).
+    /// The snapshots' names as [`fleethub_crds::binding::OverrideSnapshots::key`] writes them.
     pub fn key(&self) -> String {
-        let mut names: Vec<String> = self
-            .cluster
-            .iter()
-            .map(|s| s.name_any())
-            .chain(
-                self.namespaced
-                    .iter()
-                    .map(|s| format!("{}/{}", s.namespace().unwrap_or_default(), s.name_any())),
-            )
-            .collect();
-        names.sort();
-        names.join(",")
+        fleethub_crds::binding::OverrideSnapshots {
+            cluster_resource_override_snapshots: self
+                .cluster
+                .iter()
+                .map(|s| s.name_any())
+                .collect(),
+            resource_override_snapshots: self
+                .namespaced
+                .iter()
+                .map(|s| NamespacedName {
+                    name: s.name_any(),
+                    namespace: s.namespace().unwrap_or_default(),
+                })
+                .collect(),
+        }
+        .key()
     }
 }
 

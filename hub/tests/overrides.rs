@@ -19,6 +19,10 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
+/// The tests that read the members' labels run one at a time: each sets them, and releases them
+/// when it ends, which changes what the other's rules select.
+static LABELS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn image(d: Option<&Deployment>) -> Option<String> {
     d?.spec.as_ref()?.template.spec.as_ref()?.containers[0]
         .image
@@ -49,6 +53,7 @@ fn production() -> Value {
 
 #[tokio::test]
 async fn overrides_change_each_cluster_as_their_rules_select() {
+    let _labels = LABELS.lock().await;
     let fleet = Fleet::get().unwrap();
     let hub = fleet.hub().await.unwrap();
     label_members(&hub).await;
@@ -330,4 +335,125 @@ async fn overrides_that_can_never_work_are_refused_at_admission_naming_the_field
         let message = err.to_string();
         assert!(message.contains(expected), "{rules}: {message}");
     }
+}
+
+#[tokio::test]
+async fn a_run_keeps_the_overrides_it_started_with_and_a_failing_rule_fails_its_cluster() {
+    use common::real::{Rollout, auto_approve};
+    use fleethub_crds::UpdateRun;
+    let _labels = LABELS.lock().await;
+    let fleet = Fleet::get().unwrap();
+    // Staging waits for an approval: the run is mid-way when the override is edited.
+    let r = Rollout::new(
+        fleet,
+        "ovrun",
+        "hub.invalid/web:1",
+        [json!([{"type": "Approval"}]), json!([]), json!([])],
+    )
+    .await;
+    let deployment = json!({"group": "apps", "version": "v1", "kind": "Deployment", "name": "web"});
+    let image_override = |image: &str| {
+        resource_override(
+            &r.ns,
+            "image",
+            deployment.clone(),
+            json!([{"jsonPatchOverrides": [
+                {"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": image}]}]),
+        )
+    };
+    let snapshots: Api<ResourceOverrideSnapshot> = Api::namespaced(r.hub.clone(), &r.ns);
+    let wait_snapshot = |name: &'static str| {
+        let snapshots = snapshots.clone();
+        async move {
+            wait_for(
+                &snapshots,
+                name,
+                name,
+                TIMEOUT,
+                |s: Option<&ResourceOverrideSnapshot>| s.is_some(),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    kubectl_apply(fleet, &image_override("over.invalid/web:a"));
+    wait_snapshot("image-0").await;
+
+    let first = r.start_run("a", 0, None).await;
+    let member_1 = fleet.member(1).await.unwrap();
+    wait_image(&member_1, &r.ns, "over.invalid/web:a").await;
+    // Edited mid-run: the run keeps image-0.
+    kubectl_apply(fleet, &image_override("over.invalid/web:b"));
+    wait_snapshot("image-1").await;
+    let approver = auto_approve(r.hub.clone(), first.clone());
+    let runs: Api<UpdateRun> = Api::all(r.hub.clone());
+    let done = wait_for(
+        &runs,
+        &first,
+        "run a to succeed",
+        TIMEOUT,
+        common::succeeded,
+    )
+    .await
+    .unwrap();
+    approver.abort();
+    let frozen = done.status.unwrap().applied_override_snapshots.unwrap();
+    assert_eq!(frozen.resource_override_snapshots.len(), 1);
+    assert_eq!(frozen.resource_override_snapshots[0].name, "image-0");
+    for i in 1..=3 {
+        let member = fleet.member(i).await.unwrap();
+        wait_image(&member, &r.ns, "over.invalid/web:a").await;
+    }
+
+    // The next run uses the edit.
+    r.run_to_success("b", 0).await;
+    for i in 1..=3 {
+        let member = fleet.member(i).await.unwrap();
+        wait_image(&member, &r.ns, "over.invalid/web:b").await;
+    }
+
+    // A rule that cannot apply on canary fails that cluster, naming the override, rule and path.
+    kubectl_apply(
+        fleet,
+        &resource_override(
+            &r.ns,
+            "broken",
+            deployment.clone(),
+            json!([{"clusterSelector": {"clusterSelectorTerms": [{"labelSelector": {"matchLabels": {"environment": "canary"}}}]},
+                    "jsonPatchOverrides": [{"op": "replace", "path": "/spec/template/spec/containers/3/image", "value": "x"}]}]),
+        ),
+    );
+    wait_snapshot("broken-0").await;
+    let third = r.start_run("c", 0, None).await;
+    let approver = auto_approve(r.hub.clone(), third.clone());
+    let failed = wait_for(
+        &runs,
+        &third,
+        "canary's cluster to fail",
+        TIMEOUT,
+        |u: Option<&UpdateRun>| {
+            u.and_then(|u| u.status.as_ref())
+                .and_then(|s| s.stages_status.get(1))
+                .and_then(|s| s.clusters.first())
+                .and_then(|c| find(&c.conditions, "Succeeded"))
+                .is_some_and(|c| c.status == "False")
+        },
+    )
+    .await
+    .unwrap();
+    approver.abort();
+    let status = failed.status.unwrap();
+    let canary = &status.stages_status[1].clusters[0];
+    let message = &find(&canary.conditions, "Succeeded").unwrap().message;
+    assert!(
+        message.contains(&format!("ResourceOverride {}/broken rule 0", r.ns))
+            && message.contains("replace /spec/template/spec/containers/3/image"),
+        "{message}"
+    );
+    // Staging, before it, succeeded.
+    let staging = &status.stages_status[0].clusters[0];
+    assert_eq!(
+        find(&staging.conditions, "Succeeded").map(|c| c.status.as_str()),
+        Some("True")
+    );
 }

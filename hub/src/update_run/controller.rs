@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use fleethub_crds::apply::StatusApply;
 use fleethub_crds::approval::{self, ApprovalRequestSpec, ApprovalRequestStatus};
-use fleethub_crds::binding::{BindingSpec, BindingState};
+use fleethub_crds::binding::{BindingSpec, BindingState, NamespacedName, OverrideSnapshots};
 use fleethub_crds::conditions::{TRUE, find, is_true};
 use fleethub_crds::field_manager::UPDATE_RUN as FIELD_MANAGER;
 use fleethub_crds::member_cluster::HEALTHY;
+use fleethub_crds::overrides::{ClusterResourceOverrideSnapshot, ResourceOverrideSnapshot};
 use fleethub_crds::run_progress::RunPhase;
 use fleethub_crds::update_run::{SUCCEEDED, reason};
 use fleethub_crds::{
@@ -326,6 +327,7 @@ struct Lookups {
     strategy: Option<StagedUpdateStrategy>,
     placement: Option<Placement>,
     snapshot_exists: bool,
+    override_snapshots: OverrideSnapshots,
 }
 
 async fn look_up(ctx: &Context, run: &UpdateRun) -> Result<Lookups, Error> {
@@ -338,6 +340,7 @@ async fn look_up(ctx: &Context, run: &UpdateRun) -> Result<Lookups, Error> {
             strategy: None,
             placement: None,
             snapshot_exists: true,
+            override_snapshots: OverrideSnapshots::default(),
         });
     }
     let placement_name = &run.spec.placement_name;
@@ -360,6 +363,53 @@ async fn look_up(ctx: &Context, run: &UpdateRun) -> Result<Lookups, Error> {
             .await?,
         placement: placements.get_opt(placement_name).await?,
         snapshot_exists,
+        override_snapshots: newest_override_snapshots(ctx, placement_name).await?,
+    })
+}
+
+/// The newest snapshot of every override that may apply to `placement` (limited to it, or to
+/// no placement), as a run fixes them when it starts.
+async fn newest_override_snapshots(
+    ctx: &Context,
+    placement: &str,
+) -> Result<OverrideSnapshots, Error> {
+    let allows = |p: &Option<fleethub_crds::overrides::PlacementRef>| {
+        p.as_ref().is_none_or(|p| p.name == placement)
+    };
+    let mut cluster: BTreeMap<String, (i64, String)> = BTreeMap::new();
+    for s in Api::<ClusterResourceOverrideSnapshot>::all(ctx.client.clone())
+        .list(&Default::default())
+        .await?
+    {
+        if allows(&s.spec.override_spec.placement)
+            && cluster
+                .get(&s.spec.override_name)
+                .is_none_or(|(i, _)| *i < s.spec.index)
+        {
+            cluster.insert(s.spec.override_name.clone(), (s.spec.index, s.name_any()));
+        }
+    }
+    let mut namespaced: BTreeMap<(String, String), (i64, String)> = BTreeMap::new();
+    for s in Api::<ResourceOverrideSnapshot>::all(ctx.client.clone())
+        .list(&Default::default())
+        .await?
+    {
+        let key = (
+            s.namespace().unwrap_or_default(),
+            s.spec.override_name.clone(),
+        );
+        if allows(&s.spec.override_spec.placement)
+            && namespaced.get(&key).is_none_or(|(i, _)| *i < s.spec.index)
+        {
+            namespaced.insert(key, (s.spec.index, s.name_any()));
+        }
+    }
+    Ok(OverrideSnapshots {
+        cluster_resource_override_snapshots: cluster.into_values().map(|(_, n)| n).collect(),
+        resource_override_snapshots: namespaced
+            .into_iter()
+            .map(|((namespace, _), (_, name))| NamespacedName { name, namespace })
+            .collect(),
     })
 }
 
@@ -370,6 +420,7 @@ fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookups) -> Obser
     let members = ctx.members.state();
     Observed {
         run,
+        override_snapshots: lookups.override_snapshots.clone(),
         strategy: lookups.strategy.as_ref().map(|s| &s.spec),
         placement: lookups.placement.as_ref(),
         snapshot_exists: lookups.snapshot_exists,
@@ -491,7 +542,11 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
     let placement = &run.spec.placement_name;
     let apply = PatchParams::apply(FIELD_MANAGER).force();
     match action {
-        Action::Bind { cluster, index } => {
+        Action::Bind {
+            cluster,
+            index,
+            overrides: frozen,
+        } => {
             let bindings: Api<Binding> = Api::all(ctx.client.clone());
             let name = names::binding_name(placement, cluster);
             let binding = Binding::new(
@@ -503,7 +558,10 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
                     resource_snapshot_index: Some(*index),
                     update_run_name: Some(run_name),
                     health_timeout: run.spec.health_timeout.clone(),
-                    ..Default::default()
+                    cluster_resource_override_snapshots: frozen
+                        .cluster_resource_override_snapshots
+                        .clone(),
+                    resource_override_snapshots: frozen.resource_override_snapshots.clone(),
                 },
             );
             bindings

@@ -156,6 +156,7 @@ impl World {
             approvals: self.approvals.clone(),
             siblings: siblings(&self.earlier_runs, &self.later_runs),
             metric_results: BTreeMap::new(),
+            override_snapshots: Default::default(),
             now: self.now,
         }
     }
@@ -193,7 +194,7 @@ impl World {
     fn perform(&mut self, actions: &[Action]) {
         for a in actions {
             match a {
-                Action::Bind { cluster, index } => {
+                Action::Bind { cluster, index, .. } => {
                     if let Some(b) = self.bindings.iter_mut().find(|b| &b.cluster == cluster) {
                         b.state = BindingState::Bound;
                         b.resource_snapshot_index = Some(*index);

@@ -158,7 +158,28 @@ impl Planner<'_, '_> {
             }
             let name = cluster.cluster_name.clone();
             let started = cluster.start_time.as_ref().map_or(now, |t| t.0);
-            let progress = judge_work(self.o.works.get(&name), index);
+            let binding = self.o.bindings.iter().find(|b| b.cluster == name);
+            let progress = match binding.and_then(|b| {
+                (b.resource_snapshot_index == Some(index)).then_some(b.override_failure.as_ref())?
+            }) {
+                Some(why) => ClusterProgress::Failed {
+                    reason: reason::CLUSTER_UPDATE_FAILED,
+                    message: format!("overrides cannot be applied: {why}"),
+                },
+                // The Work must carry the overrides the run fixed (a run of the index a cluster
+                // already runs changes only its overrides).
+                None => match (binding, self.o.works.get(&name)) {
+                    (Some(b), Some(w))
+                        if self.bound_by_this_run(&name, index)
+                            && w.overrides.as_deref().is_some_and(|o| o != b.overrides) =>
+                    {
+                        ClusterProgress::Pending(
+                            "its Work does not carry the run's overrides yet".to_string(),
+                        )
+                    }
+                    (_, work) => judge_work(work, index),
+                },
+            };
             if !matches!(progress, ClusterProgress::Done) && !self.bound_by_this_run(&name, index) {
                 // Point the binding at the snapshot again when it does not say so: this repairs
                 // a crash between recording the start and writing the binding. A binding that
@@ -167,6 +188,11 @@ impl Planner<'_, '_> {
                 self.actions.push(Action::Bind {
                     cluster: name.clone(),
                     index,
+                    overrides: self
+                        .status
+                        .applied_override_snapshots
+                        .clone()
+                        .unwrap_or_default(),
                 });
             }
             let deadline = started.checked_add(health_timeout).unwrap_or(started);
@@ -268,6 +294,11 @@ impl Planner<'_, '_> {
             self.actions.push(Action::Bind {
                 cluster: name.clone(),
                 index,
+                overrides: self
+                    .status
+                    .applied_override_snapshots
+                    .clone()
+                    .unwrap_or_default(),
             });
             self.event(
                 false,

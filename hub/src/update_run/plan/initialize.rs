@@ -271,6 +271,7 @@ impl<'a, 'o> Planner<'a, 'o> {
             selected.removed.len()
         );
         self.status.staged_update_strategy_snapshot = Some(strategy.clone());
+        self.status.applied_override_snapshots = Some(self.o.override_snapshots.clone());
         self.status.policy_observed_cluster_count = Some(selected.scheduled.len() as i32);
         self.status.stages_status = stages;
         self.status.deletion_stage_status = Some(StageUpdatingStatus {

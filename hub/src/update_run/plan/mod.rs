@@ -73,6 +73,10 @@ pub struct BindingView {
     pub update_run_name: Option<String>,
     /// The health timeout it carries to the Work.
     pub health_timeout: Option<String>,
+    /// Why its overrides cannot be applied (`Overridden=False`), for the index it points at.
+    pub override_failure: Option<String>,
+    /// The override snapshots it names ([`fleethub_crds::binding::OverrideSnapshots::key`]).
+    pub overrides: String,
 }
 
 impl BindingView {
@@ -84,6 +88,23 @@ impl BindingView {
             resource_snapshot_index: b.spec.resource_snapshot_index,
             update_run_name: b.spec.update_run_name.clone(),
             health_timeout: b.spec.health_timeout.clone(),
+            overrides: fleethub_crds::binding::OverrideSnapshots {
+                cluster_resource_override_snapshots: b
+                    .spec
+                    .cluster_resource_override_snapshots
+                    .clone(),
+                resource_override_snapshots: b.spec.resource_override_snapshots.clone(),
+            }
+            .key(),
+            override_failure: b
+                .status
+                .as_ref()
+                .and_then(|s| find(&s.conditions, fleethub_crds::binding::OVERRIDDEN))
+                .filter(|c| {
+                    c.status == fleethub_crds::conditions::FALSE
+                        && c.observed_generation == b.metadata.generation
+                })
+                .map(|c| c.message.clone()),
         }
     }
 }
@@ -125,6 +146,8 @@ pub struct WorkView {
     pub available: Option<ConditionView>,
     /// The index the member last applied.
     pub applied_index: Option<i64>,
+    /// The override snapshots the Work was written with (its annotation).
+    pub overrides: Option<String>,
 }
 
 impl WorkView {
@@ -137,6 +160,12 @@ impl WorkView {
             applied: find(&status.conditions, APPLIED).map(ConditionView::from),
             available: find(&status.conditions, AVAILABLE).map(ConditionView::from),
             applied_index: status.applied_resource_snapshot_index,
+            overrides: work
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(fleethub_crds::overrides::WORK_OVERRIDES_ANNOTATION))
+                .cloned(),
         }
     }
 }
@@ -183,6 +212,9 @@ pub struct Observed<'a> {
     pub unhealthy_members: BTreeMap<String, String>,
     /// The placement's bindings.
     pub bindings: Vec<BindingView>,
+    /// The newest snapshot of every override that may apply to the placement (only read at
+    /// initialization).
+    pub override_snapshots: fleethub_crds::binding::OverrideSnapshots,
     /// The placement's Works, by member cluster.
     pub works: BTreeMap<String, WorkView>,
     /// ApprovalRequests by name.
@@ -205,6 +237,8 @@ pub enum Action {
         cluster: String,
         /// The resource snapshot index.
         index: i64,
+        /// The override snapshots the run fixed when it started.
+        overrides: fleethub_crds::binding::OverrideSnapshots,
     },
     /// Create the ApprovalRequest `name` for `stage` unless it exists.
     CreateApproval {
