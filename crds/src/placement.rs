@@ -76,6 +76,7 @@ pub mod reason {
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!(has(oldSelf.strategy) && has(oldSelf.strategy.type) && oldSelf.strategy.type == 'External') || (has(self.strategy) && has(self.strategy.type) && self.strategy.type == 'External')").message("spec.strategy.type cannot change from External: UpdateRuns roll this placement out, and switching would let the hub move every cluster at once, past their gates; delete and re-create the Placement to roll it out another way"))]
 pub struct PlacementSpec {
     /// The hub objects to place. A Namespace selector brings the namespace and everything in it.
     #[schemars(length(min = 1, max = 100))]

@@ -197,6 +197,10 @@ pub struct RunView {
     pub row: RunRow,
     /// Whether the run is stopped by a person (`spec.state: Stop`).
     pub stopped: bool,
+    /// Whether the run is only planned (`spec.state: Initialize`): starting it sets Run.
+    pub planned: bool,
+    /// Clusters the placement selects that the run does not include, in a sentence.
+    pub notice: Option<String>,
     /// Whether the run is over (succeeded or failed).
     pub finished: bool,
     /// Start time, unix seconds.

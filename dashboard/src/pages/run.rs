@@ -35,7 +35,9 @@ fn run_view(v: RunView, me: Option<Me>) -> impl IntoView {
         .clone()
         .filter(|m| m.can_update_runs && !v.finished)
         .map(|me| {
-            let (path, label, class) = if v.stopped {
+            let (path, label, class) = if v.planned {
+                ("resume", "Start run", "button primary")
+            } else if v.stopped {
                 ("resume", "Resume run", "button primary")
             } else {
                 ("stop", "Stop run", "button warn")
@@ -62,6 +64,7 @@ fn run_view(v: RunView, me: Option<Me>) -> impl IntoView {
             {(!v.row.state.message.is_empty()).then(|| v.row.state.message.clone())}
         </p>
         <div class="actions">{progress(v.row.done, v.row.total)} {actions}</div>
+        {v.notice.clone().map(|n| view! { <p class="notice" role="status">{n}</p> })}
         {(!v.problems.is_empty())
             .then(|| {
                 view! {

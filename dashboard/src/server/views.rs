@@ -167,7 +167,7 @@ pub fn placements(
             own_runs.sort_by_key(|r| r.metadata.creation_timestamp.clone().map(|t| t.0));
             let newest = own_runs.last();
             let current: Option<i64> = newest
-                .and_then(|r| r.spec.snapshot_index().ok())
+                .and_then(|r| r.snapshot_index()?.ok())
                 .or(status.latest_resource_snapshot_index);
             let rollback_index =
                 current.and_then(|cur| snaps.iter().map(|s| s.index).filter(|i| *i < cur).max());
@@ -199,6 +199,7 @@ fn run_phase_state(phase: RunPhase, message: &str) -> State {
         RunPhase::Pending => ("Pending", Tone::Idle),
         RunPhase::Queued => ("Queued", Tone::Wait),
         RunPhase::Initializing => ("Initializing", Tone::Busy),
+        RunPhase::Planned => ("Planned", Tone::Wait),
         RunPhase::Progressing => ("Running", Tone::Busy),
         RunPhase::Stopping => ("Stopping", Tone::Wait),
         RunPhase::Stopped => ("Stopped", Tone::Wait),
@@ -231,6 +232,7 @@ fn cluster_state(cluster: &ClusterProgress) -> State {
         ClusterPhase::Pending => ("Pending", Tone::Idle),
         ClusterPhase::Updating => ("Updating", Tone::Busy),
         ClusterPhase::Succeeded => ("Succeeded", Tone::Good),
+        ClusterPhase::Skipped => ("Skipped", Tone::Wait),
         ClusterPhase::Failed => ("Failed", Tone::Bad),
     };
     let message = cluster
@@ -367,6 +369,8 @@ pub fn run(run: &UpdateRun, approvals: &[ApprovalRequest], bindings: &[Binding])
     RunView {
         row: row(&progress),
         stopped: progress.stop_requested,
+        planned: progress.phase == RunPhase::Planned,
+        notice: progress.not_in_run_notice(),
         finished: progress.phase.finished(),
         started: progress.started.map(|t| t.as_second()),
         ended: progress.ended.map(|t| t.as_second()),
@@ -433,7 +437,7 @@ mod tests {
             "r1",
             UpdateRunSpec {
                 placement_name: "web".into(),
-                resource_snapshot_index: "1".into(),
+                resource_snapshot_index: Some("1".into()),
                 staged_rollout_strategy_name: "three".into(),
                 ..Default::default()
             },

@@ -56,7 +56,7 @@ fn waiting_run() -> UpdateRun {
         },
         spec: UpdateRunSpec {
             placement_name: "web".into(),
-            resource_snapshot_index: "2".into(),
+            resource_snapshot_index: Some("2".into()),
             staged_rollout_strategy_name: "three".into(),
             ..Default::default()
         },

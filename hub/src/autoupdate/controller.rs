@@ -614,7 +614,7 @@ async fn ensure_run(
         },
         spec: UpdateRunSpec {
             placement_name: policy.spec.placement_name.clone(),
-            resource_snapshot_index: snapshot_index.to_string(),
+            resource_snapshot_index: Some(snapshot_index.to_string()),
             staged_rollout_strategy_name: strategy.to_string(),
             state: None,
             health_timeout: policy.spec.health_timeout.clone(),

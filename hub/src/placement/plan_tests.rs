@@ -444,7 +444,7 @@ fn history_beyond_the_limit_is_pruned_oldest_first_except_what_unfinished_runs_u
             "r",
             UpdateRunSpec {
                 placement_name: placement.into(),
-                resource_snapshot_index: index.into(),
+                resource_snapshot_index: Some(index.into()),
                 ..Default::default()
             },
         );

@@ -61,6 +61,7 @@ pub struct Context {
     bindings: Store<Binding>,
     approvals: Store<ApprovalRequest>,
     members: Store<MemberCluster>,
+    placements: Store<Placement>,
     /// Asks the metric gates' queries.
     prometheus: Prometheus,
     /// The hub's namespace's Secrets: the metric gates' credentials (`metricCheck.secretRef`),
@@ -125,7 +126,8 @@ impl Context {
                 self.members.wait_until_ready(),
                 self.bindings.wait_until_ready(),
                 self.works.wait_until_ready(),
-                self.approvals.wait_until_ready()
+                self.approvals.wait_until_ready(),
+                self.placements.wait_until_ready()
             )
         };
         fleethub_runtime::ready_within(CACHE_WAIT, caches).await
@@ -152,6 +154,7 @@ pub async fn run(
     let (approvals, approvals_writer) = reflector::store::<ApprovalRequest>();
     metrics.count_approvals_in(approvals.clone());
     let (members, members_writer) = reflector::store::<MemberCluster>();
+    let (placements, placements_writer) = reflector::store::<Placement>();
 
     let work_stream =
         fleethub_runtime::reflected_stream(Api::<Work>::all(client.clone()), works_writer);
@@ -164,6 +167,10 @@ pub async fn run(
     let member_stream = fleethub_runtime::reflected_stream(
         Api::<MemberCluster>::all(client.clone()),
         members_writer,
+    );
+    let placement_stream = fleethub_runtime::reflected_stream(
+        Api::<Placement>::all(client.clone()),
+        placements_writer,
     );
 
     // A run's change concerns the other runs of its placement: a newer run supersedes them,
@@ -186,6 +193,24 @@ pub async fn run(
     let for_work = by_placement(runs.clone());
     let for_binding = by_placement(runs.clone());
     let for_run = by_placement(runs.clone());
+    let for_placement = by_placement(runs.clone());
+    // A member's health matters to the runs waiting for it to become healthy (their turn came
+    // while it was not); every other run reads members only when it plans.
+    let waiting_for_member = {
+        let runs = runs.clone();
+        move |_: MemberCluster| -> Vec<ObjectRef<UpdateRun>> {
+            runs.state()
+                .iter()
+                .filter(|r| {
+                    r.status
+                        .as_ref()
+                        .and_then(|s| find(&s.conditions, fleethub_crds::update_run::PROGRESSING))
+                        .is_some_and(|c| c.reason == reason::WAITING_FOR_MEMBER)
+                })
+                .map(|r| ObjectRef::from_obj(r.as_ref()))
+                .collect()
+        }
+    };
     let (events, mut to_publish) =
         tokio::sync::mpsc::channel::<(Event, ObjectReference)>(EVENT_BACKLOG);
     let recorder = Recorder::new(client.clone(), Reporter::from("fleethub-hub"));
@@ -207,6 +232,7 @@ pub async fn run(
         bindings,
         approvals,
         members,
+        placements,
         prometheus,
         secrets,
         errors: FailureBackoff::new(ERROR_BACKOFF),
@@ -214,9 +240,11 @@ pub async fn run(
     });
     let after_each = ctx.clone();
 
-    // MemberClusters are only read (at initialization); keep their store current.
-    let members_task = tokio::spawn(member_stream.for_each(|_| async {}));
     controller
+        .watches_stream(member_stream, waiting_for_member)
+        .watches_stream(placement_stream, move |p: Placement| {
+            for_placement(&p.name_any())
+        })
         .watches_stream(work_stream, move |w: Work| for_work(&w.spec.placement_name))
         .watches_stream(binding_stream, move |b: Binding| {
             for_binding(&b.spec.placement_name)
@@ -247,14 +275,15 @@ pub async fn run(
             std::future::ready(())
         })
         .await;
-    members_task.abort();
     publisher.abort();
 }
 
 /// Where a run is, for the runs-by-state gauge.
 fn state_of(run: &UpdateRun) -> RunState {
     match RunPhase::of(run) {
-        RunPhase::Pending | RunPhase::Queued | RunPhase::Initializing => RunState::Pending,
+        RunPhase::Pending | RunPhase::Queued | RunPhase::Initializing | RunPhase::Planned => {
+            RunState::Pending
+        }
         RunPhase::Progressing | RunPhase::Stopping => RunState::Progressing,
         RunPhase::Waiting => RunState::Waiting,
         RunPhase::Stopped => RunState::Stopped,
@@ -322,10 +351,11 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
 }
 
 /// What a run reads from the API server only until it is initialized (afterwards its status
-/// holds the frozen copy).
+/// holds the frozen copy), and whether its placement still exists afterwards.
 struct Lookups {
     strategy: Option<StagedUpdateStrategy>,
     placement: Option<Placement>,
+    placement_deleted: bool,
     snapshot_exists: bool,
     override_snapshots: OverrideSnapshots,
 }
@@ -335,36 +365,60 @@ async fn look_up(ctx: &Context, run: &UpdateRun) -> Result<Lookups, Error> {
         .status
         .as_ref()
         .is_some_and(|s| is_true(&s.conditions, fleethub_crds::update_run::INITIALIZED));
+    let placement_name = &run.spec.placement_name;
+    let placements: Api<Placement> = Api::all(ctx.client.clone());
     if initialized {
+        // The cache says whether the placement is still there; a cache that says it is gone is
+        // asked again (it may lag a re-created placement), a deleted placement is never assumed.
+        let gone =
+            |p: Option<&Placement>| p.is_none_or(|p| p.metadata.deletion_timestamp.is_some());
+        let mut placement_deleted = gone(
+            ctx.placements
+                .get(&ObjectRef::new(placement_name))
+                .as_deref(),
+        );
+        if placement_deleted {
+            placement_deleted = gone(placements.get_opt(placement_name).await?.as_ref());
+        }
         return Ok(Lookups {
             strategy: None,
             placement: None,
+            placement_deleted,
             snapshot_exists: true,
             override_snapshots: OverrideSnapshots::default(),
         });
     }
-    let placement_name = &run.spec.placement_name;
     let strategies: Api<StagedUpdateStrategy> = Api::all(ctx.client.clone());
-    let placements: Api<Placement> = Api::all(ctx.client.clone());
     let snapshots: Api<ResourceSnapshot> = Api::all(ctx.client.clone());
-    let snapshot_exists = match run.spec.snapshot_index() {
-        Ok(index) => {
+    let placement = placements.get_opt(placement_name).await?;
+    let index = match run.snapshot_index() {
+        Some(parsed) => parsed.ok(), // the planner refuses an unreadable index itself
+        None => latest_index(placement.as_ref()),
+    };
+    let snapshot_exists = match index {
+        Some(index) => {
             let snapshot = names::resource_snapshot_name(placement_name, index.max(0) as u64);
             snapshots
                 .get_opt(&snapshot)
                 .await?
                 .is_some_and(|s| &s.spec.placement_name == placement_name)
         }
-        Err(_) => false, // the planner refuses the index itself
+        None => false,
     };
     Ok(Lookups {
         strategy: strategies
             .get_opt(&run.spec.staged_rollout_strategy_name)
             .await?,
-        placement: placements.get_opt(placement_name).await?,
+        placement,
+        placement_deleted: false,
         snapshot_exists,
         override_snapshots: newest_override_snapshots(ctx, placement_name).await?,
     })
+}
+
+/// The placement's latest resource snapshot index, as its status says.
+fn latest_index(placement: Option<&Placement>) -> Option<i64> {
+    placement?.status.as_ref()?.latest_resource_snapshot_index
 }
 
 /// The newest snapshot of every override that may apply to `placement` (limited to it, or to
@@ -423,6 +477,8 @@ fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookups) -> Obser
         override_snapshots: lookups.override_snapshots.clone(),
         strategy: lookups.strategy.as_ref().map(|s| &s.spec),
         placement: lookups.placement.as_ref(),
+        placement_deleted: lookups.placement_deleted,
+        latest_snapshot_index: latest_index(lookups.placement.as_ref()),
         snapshot_exists: lookups.snapshot_exists,
         cluster_labels: members
             .iter()
@@ -544,29 +600,29 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
     match action {
         Action::Bind {
             cluster,
+            resource_version,
             index,
             overrides: frozen,
         } => {
-            let bindings: Api<Binding> = Api::all(ctx.client.clone());
-            let name = names::binding_name(placement, cluster);
-            let binding = Binding::new(
-                &name,
-                BindingSpec {
-                    placement_name: placement.clone(),
-                    target_cluster: cluster.clone(),
-                    state: BindingState::Bound,
-                    resource_snapshot_index: Some(*index),
-                    update_run_name: Some(run_name),
-                    health_timeout: run.spec.health_timeout.clone(),
-                    cluster_resource_override_snapshots: frozen
-                        .cluster_resource_override_snapshots
-                        .clone(),
-                    resource_override_snapshots: frozen.resource_override_snapshots.clone(),
-                },
-            );
-            bindings
-                .patch(&name, &apply, &Patch::Apply(&binding))
-                .await?;
+            let spec = BindingSpec {
+                placement_name: placement.clone(),
+                target_cluster: cluster.clone(),
+                state: BindingState::Bound,
+                resource_snapshot_index: Some(*index),
+                update_run_name: Some(run_name),
+                health_timeout: run.spec.health_timeout.clone(),
+                cluster_resource_override_snapshots: frozen
+                    .cluster_resource_override_snapshots
+                    .clone(),
+                resource_override_snapshots: frozen.resource_override_snapshots.clone(),
+            };
+            bind(
+                ctx,
+                &names::binding_name(placement, cluster),
+                &spec,
+                resource_version,
+            )
+            .await?;
         }
         Action::CreateApproval { name, stage } => {
             let approvals: Api<ApprovalRequest> = Api::all(ctx.client.clone());
@@ -609,6 +665,55 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
             let bindings: Api<Binding> = Api::all(ctx.client.clone());
             let name = names::binding_name(placement, cluster);
             ok_if(bindings.delete(&name, &Default::default()).await, GONE)?;
+        }
+    }
+    Ok(())
+}
+
+/// Points an existing Binding at the run's snapshot, only if it is still the one the plan saw
+/// (`resource_version`) or, read again after a conflict, still selects its cluster. A merge
+/// patch, not an apply: it never creates a Binding (a placement deleted meanwhile, or a cluster
+/// that left, stays unbound), and the resourceVersion makes a Binding the placement marked
+/// Unscheduled meanwhile a conflict instead of a fight. Not bound: the next plan sees why.
+async fn bind(
+    ctx: &Context,
+    name: &str,
+    spec: &BindingSpec,
+    resource_version: &str,
+) -> Result<(), Error> {
+    let bindings: Api<Binding> = Api::all(ctx.client.clone());
+    // Every field the run sets, absent ones as null so they are cleared.
+    let spec_json = serde_json::json!({
+        "state": spec.state,
+        "resourceSnapshotIndex": spec.resource_snapshot_index,
+        "updateRunName": spec.update_run_name,
+        "healthTimeout": spec.health_timeout,
+        "clusterResourceOverrideSnapshots": spec.cluster_resource_override_snapshots,
+        "resourceOverrideSnapshots": spec.resource_override_snapshots,
+    });
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..Default::default()
+    };
+    let mut version = resource_version.to_string();
+    for attempt in 0..2 {
+        let body = serde_json::json!({
+            "metadata": {"resourceVersion": version},
+            "spec": spec_json,
+        });
+        match bindings.patch(name, &params, &Patch::Merge(&body)).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == GONE => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 && attempt == 0 => {}
+            Err(e) => return Err(e.into()),
+        }
+        // Changed since the plan looked (its status, most often): bind it if it still
+        // selects the cluster.
+        match bindings.get_opt(name).await? {
+            Some(b) if b.spec.state != BindingState::Unscheduled => {
+                version = b.metadata.resource_version.unwrap_or_default();
+            }
+            _ => return Ok(()),
         }
     }
     Ok(())

@@ -55,7 +55,7 @@ fn run(state: Option<UpdateRunState>) -> UpdateRun {
         "rollout",
         UpdateRunSpec {
             placement_name: "web".into(),
-            resource_snapshot_index: "2".into(),
+            resource_snapshot_index: Some("2".into()),
             staged_rollout_strategy_name: "three".into(),
             state,
             health_timeout: Some("5m".into()),
@@ -95,6 +95,8 @@ struct World {
     earlier_runs: Vec<String>,
     later_runs: Vec<String>,
     unhealthy: BTreeMap<String, String>,
+    placement_deleted: bool,
+    latest: Option<i64>,
     /// What the fake Prometheus answers, by query; any other query: connection refused.
     prometheus: BTreeMap<String, QueryOutcome>,
     /// Every query the plans asked for.
@@ -115,6 +117,8 @@ impl World {
             earlier_runs: Vec::new(),
             later_runs: Vec::new(),
             unhealthy: BTreeMap::new(),
+            placement_deleted: false,
+            latest: Some(2),
             prometheus: BTreeMap::new(),
             asked: Vec::new(),
             now: t(0),
@@ -148,6 +152,8 @@ impl World {
             run: &self.run,
             strategy: Some(&self.strategy),
             placement: self.placement.as_ref(),
+            placement_deleted: self.placement_deleted,
+            latest_snapshot_index: self.latest,
             snapshot_exists: true,
             cluster_labels: self.labels.clone(),
             unhealthy_members: self.unhealthy.clone(),
@@ -355,7 +361,7 @@ fn initialization_failures_name_the_object_and_are_final() {
         ),
         (
             "cluster in two stages",
-            |w| w.strategy.stages[0].label_selector = None,
+            |w| w.strategy.stages[0].label_selector = Some(Default::default()),
             "ClusterMatchesSeveralStages",
             "matches stages staging and canary",
         ),
@@ -997,3 +1003,6 @@ fn lost_status_writes_never_reorder_clusters_or_skip_gates() {
 
 #[path = "plan_gate_tests.rs"]
 mod gates;
+
+#[path = "plan_fleet_change_tests.rs"]
+mod fleet_changes;
