@@ -164,7 +164,8 @@ pub fn render(inputs: &Inputs) -> Render {
             cluster.name
         ),
         Some(_) => format!(
-            "the newest snapshot of every override (placement {placement} is rolled out by the hub, which follows them)"
+            "the newest snapshot of every override (no UpdateRun fixed cluster {}'s overrides)",
+            cluster.name
         ),
         None => format!(
             "the newest snapshot of every override (cluster {} has no Binding for placement {placement})",
