@@ -151,7 +151,7 @@ fn clusters_table(p: &PlacementRow) -> AnyView {
                     .iter()
                     .map(|c| {
                         view! {
-                            <tr>
+                            <tr data-cluster=c.cluster.clone()>
                                 <td>{c.cluster.clone()}</td>
                                 <td class="num">{number_or_dash(c.target_index)}</td>
                                 <td class="num">{number_or_dash(c.applied_index)}</td>
