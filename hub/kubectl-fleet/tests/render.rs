@@ -123,6 +123,13 @@ async fn the_render_is_what_each_member_got() {
             .await
             .unwrap();
         assert_eq!(rendered, work.spec.workload.manifests, "{member}: {out}");
+        // The overrides are the hub's instructions: they are not sent with the namespace.
+        assert!(
+            !rendered
+                .iter()
+                .any(|m| m["kind"].as_str().is_some_and(|k| k.contains("Override"))),
+            "{member}: {out}"
+        );
         // And what the member runs.
         let want_image = if *member == "member-3" {
             "prod.invalid/web:1"
