@@ -23,6 +23,7 @@ pub mod override_apply;
 pub mod overrides;
 pub mod phased_rollout;
 pub mod placement;
+pub mod render;
 pub mod resource_snapshot;
 pub mod run_progress;
 mod schema;

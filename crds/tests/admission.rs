@@ -77,10 +77,10 @@ async fn every_crd_is_established_on_the_hub() {
             .unwrap_or_else(|e| panic!("CRD {name} is not installed: {e}"));
         let established = got
             .status
-            .clone()
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
             .into_iter()
+            .flatten()
             .any(|c| c.type_ == "Established" && c.status == "True");
         assert!(established, "CRD {name} is not Established");
         assert_eq!(got.spec.names.kind, want.spec.names.kind);

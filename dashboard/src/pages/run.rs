@@ -8,7 +8,7 @@ use leptos_router::hooks::use_params_map;
 
 use super::skeleton::Page;
 use crate::api::get_run;
-use crate::components::{badge, progress};
+use crate::components::{badge, overrides, progress};
 use crate::live::live;
 use crate::model::{Me, RunView, StageView, clock};
 
@@ -122,6 +122,7 @@ fn stage_view(s: StageView, can_approve: bool) -> AnyView {
                         <th>"Started"</th>
                         <th>"Finished"</th>
                         <th>"Details"</th>
+                        <th>"Overrides"</th>
                     </tr>
                 </thead>
                 <tbody>
@@ -149,6 +150,7 @@ fn stage_view(s: StageView, can_approve: bool) -> AnyView {
                                                 }
                                             })}
                                     </td>
+                                    <td>{c.overrides.as_ref().map(overrides)}</td>
                                 </tr>
                             }
                         })

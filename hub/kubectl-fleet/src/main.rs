@@ -8,6 +8,7 @@ mod cluster;
 mod drift;
 mod error;
 mod join;
+mod manifests;
 mod render;
 mod runs;
 
@@ -28,6 +29,7 @@ const EXAMPLES: &str = "Examples:
   kubectl fleet approve sample-rollout-canary -m 'canary metrics look good'
   kubectl fleet stop sample-rollout; kubectl fleet resume sample-rollout
   kubectl fleet drift; kubectl fleet drift web --corrections
+  kubectl fleet render web --cluster prod-eu-1; kubectl fleet render web --cluster prod-eu-1 --snapshot 3 --diff
   kubectl fleet autoupdates; kubectl fleet autoupdate web
   kubectl fleet autoupdate check web; kubectl fleet autoupdate reset web
   kubectl fleet join prod-eu-1 --member-kubeconfig prod-eu-1.kubeconfig -l environment=production \\
@@ -106,6 +108,24 @@ enum Command {
         /// object, with what the member had.
         #[arg(long)]
         corrections: bool,
+    },
+    /// Print exactly the manifests a placement sends to one cluster, as YAML: its resource
+    /// snapshot with the overrides that count for the cluster applied the way the hub applies
+    /// them. The snapshot is --snapshot, else the one the cluster's Binding points at, else the
+    /// placement's newest; the overrides are the snapshots a run bound the cluster to, else the
+    /// newest of every override. Comment lines at the top say which were used.
+    Render {
+        /// The Placement.
+        placement: String,
+        /// The MemberCluster.
+        #[arg(long, value_name = "NAME")]
+        cluster: String,
+        /// Render this resource snapshot index instead.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(0..))]
+        snapshot: Option<i64>,
+        /// Show a unified diff against the hub's template instead of the manifests.
+        #[arg(long)]
+        diff: bool,
     },
     /// List AutoUpdatePolicies: target, current and available version, what is in flight,
     /// the circuit, the next check.
@@ -234,6 +254,12 @@ async fn execute(cli: Cli) -> Result<()> {
             ref placement,
             corrections,
         } => drift::drift(&hub(None).await?, placement.as_deref(), corrections).await,
+        Command::Render {
+            ref placement,
+            ref cluster,
+            snapshot,
+            diff,
+        } => manifests::render(&hub(None).await?, placement, cluster, snapshot, diff).await,
         Command::Autoupdates => autoupdate::list(&hub(None).await?).await,
         Command::Autoupdate {
             ref action,
@@ -380,6 +406,39 @@ mod tests {
             Command::Autoupdate { action: Some(AutoupdateAction::Reset { ref name }), .. } if name == "web"
         ));
         assert!(Cli::try_parse_from(["kubectl-fleet", "autoupdate", "check"]).is_err());
+    }
+
+    #[test]
+    fn render_needs_a_cluster_and_takes_a_snapshot_and_diff() {
+        let c = Cli::try_parse_from([
+            "kubectl-fleet",
+            "render",
+            "web",
+            "--cluster",
+            "m1",
+            "--snapshot",
+            "3",
+            "--diff",
+        ])
+        .unwrap();
+        assert!(matches!(
+            c.command,
+            Command::Render { ref placement, ref cluster, snapshot: Some(3), diff: true }
+                if placement == "web" && cluster == "m1"
+        ));
+        let missing = Cli::try_parse_from(["kubectl-fleet", "render", "web"]).unwrap_err();
+        assert_eq!(missing.exit_code(), 2);
+        assert!(missing.to_string().contains("--cluster"), "{missing}");
+        let negative = Cli::try_parse_from([
+            "kubectl-fleet",
+            "render",
+            "web",
+            "--cluster",
+            "m1",
+            "--snapshot",
+            "-1",
+        ]);
+        assert!(negative.is_err());
     }
 
     #[test]

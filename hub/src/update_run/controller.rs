@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use fleethub_crds::apply::StatusApply;
 use fleethub_crds::approval::{self, ApprovalRequestSpec, ApprovalRequestStatus};
-use fleethub_crds::binding::{BindingSpec, BindingState, NamespacedName, OverrideSnapshots};
+use fleethub_crds::binding::{BindingSpec, BindingState, OverrideSnapshots};
 use fleethub_crds::conditions::{TRUE, find, is_true};
 use fleethub_crds::field_manager::UPDATE_RUN as FIELD_MANAGER;
 use fleethub_crds::member_cluster::HEALTHY;
+use fleethub_crds::override_apply;
 use fleethub_crds::overrides::{ClusterResourceOverrideSnapshot, ResourceOverrideSnapshot};
 use fleethub_crds::run_progress::RunPhase;
 use fleethub_crds::update_run::{SUCCEEDED, reason};
@@ -430,41 +431,19 @@ async fn newest_override_snapshots(
     let allows = |p: &Option<fleethub_crds::overrides::PlacementRef>| {
         p.as_ref().is_none_or(|p| p.name == placement)
     };
-    let mut cluster: BTreeMap<String, (i64, String)> = BTreeMap::new();
-    for s in Api::<ClusterResourceOverrideSnapshot>::all(ctx.client.clone())
+    let cluster = Api::<ClusterResourceOverrideSnapshot>::all(ctx.client.clone())
         .list(&Default::default())
         .await?
-    {
-        if allows(&s.spec.override_spec.placement)
-            && cluster
-                .get(&s.spec.override_name)
-                .is_none_or(|(i, _)| *i < s.spec.index)
-        {
-            cluster.insert(s.spec.override_name.clone(), (s.spec.index, s.name_any()));
-        }
-    }
-    let mut namespaced: BTreeMap<(String, String), (i64, String)> = BTreeMap::new();
-    for s in Api::<ResourceOverrideSnapshot>::all(ctx.client.clone())
+        .items
+        .into_iter()
+        .filter(|s| allows(&s.spec.override_spec.placement));
+    let namespaced = Api::<ResourceOverrideSnapshot>::all(ctx.client.clone())
         .list(&Default::default())
         .await?
-    {
-        let key = (
-            s.namespace().unwrap_or_default(),
-            s.spec.override_name.clone(),
-        );
-        if allows(&s.spec.override_spec.placement)
-            && namespaced.get(&key).is_none_or(|(i, _)| *i < s.spec.index)
-        {
-            namespaced.insert(key, (s.spec.index, s.name_any()));
-        }
-    }
-    Ok(OverrideSnapshots {
-        cluster_resource_override_snapshots: cluster.into_values().map(|(_, n)| n).collect(),
-        resource_override_snapshots: namespaced
-            .into_iter()
-            .map(|((namespace, _), (_, name))| NamespacedName { name, namespace })
-            .collect(),
-    })
+        .items
+        .into_iter()
+        .filter(|s| allows(&s.spec.override_spec.placement));
+    Ok(override_apply::choose(None, cluster, namespaced).names())
 }
 
 /// Everything the planner looks at, from the lookups and the caches.
