@@ -25,6 +25,7 @@ pub mod phased_rollout;
 pub mod placement;
 pub mod render;
 pub mod resource_snapshot;
+pub mod rollback;
 pub mod run_progress;
 mod schema;
 pub mod strategy;

@@ -194,17 +194,16 @@ pub fn placements(
                         overrides: overrides_view(&name, &c.cluster_name, None),
                     });
             }
-            let mut own_runs: Vec<&UpdateRun> = runs
-                .iter()
-                .filter(|r| r.spec.placement_name == name)
-                .collect();
-            own_runs.sort_by_key(|r| r.metadata.creation_timestamp.clone().map(|t| t.0));
-            let newest = own_runs.last();
-            let current: Option<i64> = newest
-                .and_then(|r| r.snapshot_index()?.ok())
-                .or(status.latest_resource_snapshot_index);
-            let rollback_index =
-                current.and_then(|cur| snaps.iter().map(|s| s.index).filter(|i| *i < cur).max());
+            let indices: Vec<i64> = snaps.iter().map(|s| s.index).collect();
+            let rollback = fleethub_crds::rollback::rollback(
+                &name,
+                status.latest_resource_snapshot_index,
+                runs,
+                &indices,
+            );
+            let newest = fleethub_crds::rollback::runs_of(&name, runs)
+                .last()
+                .copied();
             PlacementRow {
                 name,
                 strategy_type: p
@@ -217,7 +216,7 @@ pub fn placements(
                 snapshots: snaps,
                 clusters: by_cluster.into_values().collect(),
                 last_strategy: newest.map(|r| r.spec.staged_rollout_strategy_name.clone()),
-                rollback_index,
+                rollback_index: rollback.map(|r| r.to),
             }
         })
         .collect();

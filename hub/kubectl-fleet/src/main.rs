@@ -5,12 +5,14 @@
 mod agent_manifests;
 mod autoupdate;
 mod cluster;
+mod complete;
 mod drift;
 mod error;
 mod join;
 mod manifests;
 mod render;
 mod runs;
+mod start;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,6 +25,9 @@ use crate::error::Error;
 use crate::error::Result;
 
 const EXAMPLES: &str = "Examples:
+  kubectl fleet start web --strategy three-stages --plan; kubectl fleet resume web-latest-x7k2q
+  kubectl fleet start web --strategy three-stages --index 3
+  kubectl fleet rollback web
   kubectl fleet runs
   kubectl fleet run sample-rollout --watch
   kubectl fleet approvals
@@ -62,6 +67,42 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Start an UpdateRun of a placement (its strategy type External) with a strategy; with
+    /// --plan, only plan it (spec.state Initialize) and print the stages and clusters in order:
+    /// nothing starts until `kubectl fleet resume RUN`.
+    Start {
+        /// The Placement.
+        placement: String,
+        /// The StagedUpdateStrategy.
+        #[arg(long, short = 's', value_name = "NAME")]
+        strategy: String,
+        /// The resource snapshot index to roll out (default: the placement's latest, recorded
+        /// by the hub in the run's status.resourceSnapshotIndexUsed).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(0..))]
+        index: Option<i64>,
+        /// The run's name (default: <placement>-<index>-<random>).
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+        /// Plan only: create the run with spec.state Initialize and print its plan.
+        #[arg(long)]
+        plan: bool,
+    },
+    /// Roll a placement back: start a run to the resource snapshot before the one its newest
+    /// run rolled out (as the dashboard's Roll back button does), with that run's strategy.
+    /// Says what it will do and asks first, unless --yes.
+    Rollback {
+        /// A Placement, or an UpdateRun (its placement is rolled back).
+        target: String,
+        /// The strategy (default: the newest run's).
+        #[arg(long, short = 's', value_name = "NAME")]
+        strategy: Option<String>,
+        /// The run's name (default: generated).
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+        /// Do not ask for confirmation.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
     /// List UpdateRuns: placement, snapshot, state, current stage, progress, age.
     Runs,
     /// Show one UpdateRun: its stages in order, each stage's clusters with their state and
@@ -78,7 +119,7 @@ enum Command {
         /// The UpdateRun.
         run: String,
     },
-    /// Resume a stopped UpdateRun (spec.state=Run).
+    /// Resume a stopped UpdateRun, or start a planned one (spec.state=Run).
     Resume {
         /// The UpdateRun.
         run: String,
@@ -147,6 +188,14 @@ enum Command {
     /// workloads from the member, wait for the member's hub namespace to go, then remove the
     /// agent from the member.
     Unjoin(UnjoinArgs),
+    /// Shell completion, as kubectl asks for it (`kubectl_complete-fleet` runs this): the words
+    /// after `kubectl fleet`, the last one being completed.
+    #[command(name = "__complete", hide = true)]
+    Complete {
+        /// The words typed so far.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        words: Vec<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -241,6 +290,40 @@ async fn execute(cli: Cli) -> Result<()> {
         async move { cluster::connect(path.as_deref(), context.as_deref()).await }
     };
     match cli.command {
+        Command::Complete { ref words } => {
+            complete::complete(words).await;
+            Ok(())
+        }
+        Command::Start {
+            ref placement,
+            ref strategy,
+            index,
+            ref name,
+            plan,
+        } => {
+            let opts = start::StartOptions {
+                placement: placement.clone(),
+                strategy: strategy.clone(),
+                index,
+                name: name.clone(),
+                plan,
+            };
+            start::start(&hub(None).await?, &opts).await
+        }
+        Command::Rollback {
+            ref target,
+            ref strategy,
+            ref name,
+            yes,
+        } => {
+            let opts = start::RollbackOptions {
+                target: target.clone(),
+                strategy: strategy.clone(),
+                name: name.clone(),
+                yes,
+            };
+            start::rollback(&hub(None).await?, &opts).await
+        }
         Command::Runs => runs::runs(&hub(None).await?).await,
         Command::Run { ref name, watch } => runs::run(&hub(None).await?, name, watch).await,
         Command::Stop { ref run } => runs::set_state(&hub(None).await?, run, true).await,

@@ -463,6 +463,16 @@ fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookups) -> Obser
             .iter()
             .map(|m| (m.name_any(), m.labels().clone()))
             .collect(),
+        down_members: members
+            .iter()
+            .filter(|m| {
+                m.status
+                    .as_ref()
+                    .and_then(|s| find(&s.conditions, HEALTHY))
+                    .is_some_and(|c| c.status == fleethub_crds::conditions::FALSE)
+            })
+            .map(|m| m.name_any())
+            .collect(),
         unhealthy_members: members
             .iter()
             .filter_map(|m| {

@@ -157,6 +157,7 @@ impl World {
             snapshot_exists: true,
             cluster_labels: self.labels.clone(),
             unhealthy_members: self.unhealthy.clone(),
+            down_members: self.unhealthy.keys().cloned().collect(),
             bindings: self.bindings.clone(),
             works: self.works.clone(),
             approvals: self.approvals.clone(),

@@ -427,7 +427,12 @@ impl Planner<'_, '_> {
             let name = self.status.stages_status[i].clusters[j]
                 .cluster_name
                 .clone();
-            if let Some(why) = self.o.unhealthy_members.get(&name) {
+            if let Some(why) = self
+                .o
+                .unhealthy_members
+                .get(&name)
+                .filter(|_| self.o.down_members.contains(&name))
+            {
                 if spent(&self.status.stages_status[i]) >= budget {
                     return Some(format!(
                         "waiting for MemberCluster {name} to become healthy before updating it ({why})"

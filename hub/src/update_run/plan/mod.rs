@@ -223,6 +223,9 @@ pub struct Observed<'a> {
     /// MemberClusters whose agent is not heartbeating (`Healthy=False`), with the condition's
     /// message: named when one of their updates times out.
     pub unhealthy_members: BTreeMap<String, String>,
+    /// Of those, the members known to be down (`Healthy=False`: they heartbeated and stopped):
+    /// their turn waits for them. A member never heard from (`Unknown`) does not hold its turn.
+    pub down_members: std::collections::BTreeSet<String>,
     /// The placement's bindings.
     pub bindings: Vec<BindingView>,
     /// The newest snapshot of every override that may apply to the placement (only read at
