@@ -489,3 +489,118 @@ async fn a_run_planned_first_without_an_index_rolls_out_the_latest_snapshot_when
     }
     members.abort();
 }
+
+#[tokio::test]
+async fn a_cluster_that_leaves_while_updating_is_not_started_again_and_a_stop_waits_for_the_rest() {
+    let fleet = Fleet::get().unwrap();
+    let s = Scenario::new(fleet, "ls").await;
+    let a = s.member("a", json!({"env": s.env("first")})).await;
+    let b = s.member("b", json!({"env": s.env("first")})).await;
+    let c = s.member("c", json!({"env": s.env("second")})).await;
+    s.placement(&[&a, &b, &c], false).await;
+    s.strategy(json!([
+        {"name": "first", "labelSelector": {"matchLabels": {"env": s.env("first")}}, "maxConcurrency": 2},
+        {"name": "second", "labelSelector": {"matchLabels": {"env": s.env("second")}}}]))
+        .await;
+    // No member reports yet: a and b stay in flight.
+    s.start_run(0).await;
+    let runs: Api<UpdateRun> = Api::all(s.hub.clone());
+    let bindings: Api<Binding> = Api::all(s.hub.clone());
+    for m in [&a, &b] {
+        wait_for(
+            &bindings,
+            &names::binding_name(&s.placement, m),
+            "the cluster to be bound",
+            TIMEOUT,
+            |b: Option<&Binding>| b.is_some_and(|b| b.spec.state == BindingState::Bound),
+        )
+        .await
+        .unwrap();
+    }
+    // b leaves while it updates: the run records it and does not start it again.
+    s.pick(&[&a, &c]).await;
+    wait_for(
+        &runs,
+        &s.run,
+        "the run to skip b",
+        TIMEOUT,
+        |r: Option<&UpdateRun>| r.is_some_and(|r| skipped_reason(r, &b).is_some()),
+    )
+    .await
+    .unwrap();
+    // Stopped while a still updates: Stopping, naming it.
+    kubectl(
+        fleet,
+        &[
+            "patch",
+            "updaterun",
+            &s.run,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"state":"Stop"}}"#,
+        ],
+    );
+    let stopping = wait_for(
+        &runs,
+        &s.run,
+        "the run to be stopping",
+        TIMEOUT,
+        |r: Option<&UpdateRun>| progressing_reason(r, "UpdateRunStopping"),
+    )
+    .await
+    .unwrap();
+    let message = &find(&stopping.status.as_ref().unwrap().conditions, PROGRESSING)
+        .unwrap()
+        .message;
+    assert!(
+        message.contains(&format!("already updating to finish ({a})")),
+        "{message}"
+    );
+    // The members report: a finishes, the run is Stopped, c has not started.
+    let (updates, members) = simulate_members(s.hub.clone(), s.placement.clone(), 0);
+    wait_for(
+        &runs,
+        &s.run,
+        "the run to be stopped",
+        TIMEOUT,
+        |r: Option<&UpdateRun>| progressing_reason(r, "UpdateRunStopped"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        bindings
+            .get(&names::binding_name(&s.placement, &c))
+            .await
+            .unwrap()
+            .spec
+            .state,
+        BindingState::Scheduled
+    );
+    kubectl(
+        fleet,
+        &[
+            "patch",
+            "updaterun",
+            &s.run,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"state":"Run"}}"#,
+        ],
+    );
+    wait_for(&runs, &s.run, "the run to succeed", TIMEOUT, succeeded)
+        .await
+        .unwrap();
+    let seen = common::clusters_in_order(&updates);
+    assert!(seen.contains(&a) && seen.contains(&c), "{seen:?}");
+    assert_ne!(
+        bindings
+            .get(&names::binding_name(&s.placement, &b))
+            .await
+            .unwrap()
+            .spec
+            .state,
+        BindingState::Bound,
+        "b was bound again after it left"
+    );
+    members.abort();
+}
