@@ -195,6 +195,7 @@ pub async fn run(
     let for_binding = by_placement(runs.clone());
     let for_run = by_placement(runs.clone());
     let for_placement = by_placement(runs.clone());
+    let placements_seen = placements.clone();
     // A member's health matters to the runs waiting for it to become healthy (their turn came
     // while it was not); every other run reads members only when it plans.
     let waiting_for_member = {
@@ -244,7 +245,17 @@ pub async fn run(
     controller
         .watches_stream(member_stream, waiting_for_member)
         .watches_stream(placement_stream, move |p: Placement| {
-            for_placement(&p.name_any())
+            // Only a deletion concerns a run after it initialized (its status changes often,
+            // and runs read placements only when they start). The store already holds the
+            // change: a deleted placement is gone from it.
+            let name = p.name_any();
+            let deleted = p.metadata.deletion_timestamp.is_some()
+                || placements_seen.get(&ObjectRef::new(&name)).is_none();
+            if deleted {
+                for_placement(&name)
+            } else {
+                Vec::new()
+            }
         })
         .watches_stream(work_stream, move |w: Work| for_work(&w.spec.placement_name))
         .watches_stream(binding_stream, move |b: Binding| {
