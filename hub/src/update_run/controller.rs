@@ -157,8 +157,11 @@ pub async fn run(
     let (members, members_writer) = reflector::store::<MemberCluster>();
     let (placements, placements_writer) = reflector::store::<Placement>();
 
-    let work_stream =
-        fleethub_runtime::reflected_stream(Api::<Work>::all(client.clone()), works_writer);
+    let work_stream = fleethub_runtime::slim_reflected_stream(
+        Api::<Work>::all(client.clone()),
+        works_writer,
+        plan::slim_work,
+    );
     let binding_stream =
         fleethub_runtime::reflected_stream(Api::<Binding>::all(client.clone()), bindings_writer);
     let approval_stream = fleethub_runtime::reflected_stream(

@@ -1007,3 +1007,53 @@ mod gates;
 
 #[path = "plan_fleet_change_tests.rs"]
 mod fleet_changes;
+
+#[test]
+fn the_run_controllers_cache_of_works_keeps_what_the_planner_reads() {
+    let condition = |type_: &str| {
+        json!({"type": type_, "status": "True", "reason": "R", "message": type_,
+               "observedGeneration": 4, "lastTransitionTime": "2027-01-15T08:00:00Z"})
+    };
+    let manifests: Vec<serde_json::Value> = (0..20)
+        .map(|i| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": format!("c{i}"), "namespace": "app"},
+                        "data": {"k": "v".repeat(1000)}})
+        })
+        .collect();
+    let full: fleethub_crds::Work = serde_json::from_value(json!({
+        "apiVersion": "fleethub.dev/v1alpha1", "kind": "Work",
+        "metadata": {"name": "web", "namespace": "fleet-member-a", "generation": 4,
+                     "annotations": {fleethub_crds::overrides::WORK_OVERRIDES_ANNOTATION: "app/o-0"},
+                     "managedFields": [{"manager": "fleethub-work-generator", "operation": "Apply",
+                                        "fieldsType": "FieldsV1",
+                                        "fieldsV1": {"f:spec": {"f:workload": {}}}}]},
+        "spec": {"placementName": "web", "resourceSnapshotIndex": 3,
+                 "workload": {"manifests": manifests}},
+        "status": {"conditions": [condition("Applied"), condition("Available")],
+                   "appliedResourceSnapshotIndex": 3,
+                   "manifestConditions": [{"identifier": {"ordinal": 0, "version": "v1",
+                                                          "kind": "ConfigMap", "name": "c0"},
+                                           "conditions": [condition("Applied")]}]},
+    }))
+    .unwrap();
+    let mut cached = full.clone();
+    slim_work(&mut cached);
+    assert!(cached.spec.workload.manifests.is_empty());
+    assert!(cached.metadata.managed_fields.is_none());
+    assert!(
+        cached
+            .status
+            .as_ref()
+            .unwrap()
+            .manifest_conditions
+            .is_empty()
+    );
+    let view = WorkView::from_work(&cached);
+    assert_eq!(view, WorkView::from_work(&full));
+    assert_eq!(
+        (view.index, view.applied_index, view.overrides.as_deref()),
+        (3, Some(3), Some("app/o-0"))
+    );
+    assert!(view.applied.is_some() && view.available.is_some());
+}
