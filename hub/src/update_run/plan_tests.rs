@@ -247,6 +247,17 @@ impl World {
         w.applied_index = Some(w.index);
     }
 
+    /// The member of `cluster` reports that it could not apply its Work.
+    fn member_apply_failed(&mut self, cluster: &str, message: &str) {
+        let w = self.works.get_mut(cluster).unwrap();
+        w.applied = Some(ConditionView {
+            status: "False".into(),
+            reason: "ApplyFailed".into(),
+            message: message.into(),
+            observed_generation: w.generation,
+        });
+    }
+
     fn approve(&mut self, name: &str) {
         self.approvals.get_mut(name).unwrap().approved = true;
     }
@@ -651,13 +662,10 @@ fn the_three_stage_journey_respects_order_concurrency_and_gates() {
 fn a_failed_cluster_stops_the_run_until_it_recovers() {
     let mut w = World::new();
     w.step();
-    let work = w.works.get_mut("stage-a").unwrap();
-    work.applied = Some(ConditionView {
-        status: "False".into(),
-        reason: "ApplyFailed".into(),
-        message: "deployment app/web: admission webhook denied the request".into(),
-        observed_generation: work.generation,
-    });
+    w.member_apply_failed(
+        "stage-a",
+        "deployment app/web: admission webhook denied the request",
+    );
     let p = w.step();
     let (status, reason, message) = run_condition(&p, PROGRESSING);
     assert_eq!(
