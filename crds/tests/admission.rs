@@ -77,6 +77,7 @@ async fn every_crd_is_established_on_the_hub() {
             .unwrap_or_else(|e| panic!("CRD {name} is not installed: {e}"));
         let established = got
             .status
+            .clone()
             .and_then(|s| s.conditions)
             .unwrap_or_default()
             .into_iter()
