@@ -63,6 +63,45 @@ async fn service_addr(client: &Client, ns: &str, name: &str, port: u16) -> Socke
     SocketAddr::new(ip.parse().unwrap(), port)
 }
 
+/// The hub pods that run and are not being deleted; each runs on real-hub's node with a read-only
+/// root as uid 65532.
+async fn running_hub_pods(hub: &Client) -> Vec<String> {
+    let pods: Api<Pod> = Api::namespaced(hub.clone(), "fleethub-system");
+    let Ok(list) = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=fleethub-hub"))
+        .await
+    else {
+        return Vec::new();
+    };
+    list.items
+        .iter()
+        .filter(|p| {
+            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                && p.metadata.deletion_timestamp.is_none()
+        })
+        .map(|p| {
+            let spec = p.spec.as_ref().unwrap();
+            assert_eq!(spec.node_name.as_deref(), Some("real-hub-node"));
+            let pod_sc = spec.security_context.as_ref().unwrap();
+            assert_eq!(pod_sc.run_as_user, Some(65532));
+            let sc = spec.containers[0].security_context.as_ref().unwrap();
+            assert_eq!(sc.read_only_root_filesystem, Some(true));
+            p.metadata.name.clone().unwrap()
+        })
+        .collect()
+}
+
+/// The pod holding the hub's Lease.
+async fn lease_holder(hub: &Client) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(hub.clone(), "fleethub-system");
+    leases
+        .get_opt("fleethub-hub")
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+}
+
 #[tokio::test]
 async fn deploy_installs_as_written_and_join_runs_the_agent_as_a_pod() {
     let Some(fleet) = in_cluster_fleet() else {
@@ -99,43 +138,26 @@ async fn deploy_installs_as_written_and_join_runs_the_agent_as_a_pod() {
             "{name} runs {image}"
         );
     }
-    let pods: Api<Pod> = Api::namespaced(hub.clone(), "fleethub-system");
-    let hub_pods = pods
-        .list(&ListParams::default().labels("app.kubernetes.io/name=fleethub-hub"))
-        .await
-        .unwrap();
-    let running: Vec<String> = hub_pods
-        .items
-        .iter()
-        .filter(|p| {
-            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-                && p.metadata.deletion_timestamp.is_none()
-        })
-        .map(|p| {
-            let spec = p.spec.as_ref().unwrap();
-            assert_eq!(spec.node_name.as_deref(), Some("real-hub-node"));
-            let sc = spec.containers[0].security_context.as_ref().unwrap();
-            assert_eq!(sc.read_only_root_filesystem, Some(true));
-            p.metadata.name.clone().unwrap()
-        })
-        .collect();
-    assert_eq!(running.len(), 2, "two hub pods run: {running:?}");
-
-    // One of them leads: it holds the Lease and says so on /metrics through the Service.
-    let leases: Api<Lease> = Api::namespaced(hub.clone(), "fleethub-system");
-    let leader = poll_until("a hub pod to hold the lease", TIMEOUT, || {
-        let leases = leases.clone();
-        let running = running.clone();
-        async move {
-            let holder = leases
-                .get_opt("fleethub-hub")
-                .await
-                .ok()??
-                .spec?
-                .holder_identity?;
-            running.contains(&holder).then_some(holder)
-        }
-    })
+    // Two Running pods on the real node, locked down, one of which holds the Lease (the other
+    // test deletes the leader pod mid-run: its replacement may be starting).
+    let leader = poll_until(
+        "two running hub pods, one holding the lease",
+        TIMEOUT,
+        || {
+            let hub = hub.clone();
+            async move {
+                let running = running_hub_pods(&hub).await;
+                let leases: Api<Lease> = Api::namespaced(hub, "fleethub-system");
+                let holder = leases
+                    .get_opt("fleethub-hub")
+                    .await
+                    .ok()??
+                    .spec?
+                    .holder_identity?;
+                (running.len() == 2 && running.contains(&holder)).then_some(holder)
+            }
+        },
+    )
     .await
     .unwrap();
     let metrics = service_addr(&hub, "fleethub-system", "fleethub-hub-metrics", 8080).await;
@@ -416,6 +438,17 @@ async fn real_pods_move_stage_by_stage_and_bad_images_fail_their_cluster() {
     demo.set_image(&fleet.demo_image("1.1.0").unwrap()).await;
     demo.wait_snapshot(1).await;
     let second = demo.start_run("v110", 1, "3m").await;
+    // The agent pod on real-1 is deleted as the run reaches it: its replacement applies the
+    // Work (the member converges).
+    let agent_pods: Api<Pod> =
+        Api::namespaced(fleet.real_member(1).await.unwrap(), "fleethub-system");
+    agent_pods
+        .delete_collection(
+            &Default::default(),
+            &ListParams::default().labels("app.kubernetes.io/name=fleethub-member-agent"),
+        )
+        .await
+        .unwrap();
     if n > 1 {
         wait_for(
             &approvals,
@@ -432,6 +465,24 @@ async fn real_pods_move_stage_by_stage_and_bad_images_fail_their_cluster() {
             !later.is_empty() && later.iter().all(|v| v == "1.0.0"),
             "real-2 changed before its stage: {later:?}"
         );
+        // The leading hub pod is deleted mid-run: the other replica leads and finishes the run.
+        let leader = lease_holder(&demo.hub).await.unwrap();
+        Api::<Pod>::namespaced(demo.hub.clone(), "fleethub-system")
+            .delete(&leader, &Default::default())
+            .await
+            .unwrap();
+        let started = std::time::Instant::now();
+        let next = poll_until("another hub pod to lead", TIMEOUT, || {
+            let hub = demo.hub.clone();
+            let leader = leader.clone();
+            async move { lease_holder(&hub).await.filter(|h| *h != leader) }
+        })
+        .await
+        .unwrap();
+        eprintln!(
+            "hub leader {leader} deleted; {next} leads after {:?}",
+            started.elapsed()
+        );
     }
     let approver = auto_approve(demo.hub.clone(), second.clone());
     wait_for(&runs, &second, "1.1.0 rolled out", TIMEOUT, run_succeeded)
@@ -440,6 +491,22 @@ async fn real_pods_move_stage_by_stage_and_bad_images_fail_their_cluster() {
     approver.abort();
     for i in 1..=n {
         demo.wait_serving(fleet, i, "1.1.0").await;
+    }
+    // One write of each member's Work per snapshot, whoever led: generation 2 after two
+    // snapshots.
+    let works: Api<fleethub_crds::Work> = Api::all(demo.hub.clone());
+    for w in works
+        .list(&ListParams::default().labels(&format!("{}={}", names::PLACEMENT_LABEL, demo.id)))
+        .await
+        .unwrap()
+        .items
+    {
+        assert_eq!(
+            w.metadata.generation,
+            Some(2),
+            "Work {:?} was written more than once per snapshot",
+            w.metadata.namespace
+        );
     }
 
     // A missing image, then the broken release: each fails real-1 naming the image and the pod
