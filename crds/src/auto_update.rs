@@ -147,7 +147,7 @@ pub struct AutoUpdatePolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(min = 2, max = 20),
-        regex(pattern = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$")
+        regex(pattern = crate::duration::DURATION_PATTERN)
     )]
     #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("healthTimeout must be longer than 0s"))]
     pub health_timeout: Option<String>,

@@ -6,11 +6,16 @@
 //! `Delete` rule keeps the object off the cluster. String values may use
 //! `${MEMBER-CLUSTER-NAME}` and `${MEMBER-CLUSTER-LABEL-KEY-<key>}`.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
+use kube::ResourceExt;
 use kube::core::{Selector, SelectorExt};
 use serde_json::Value;
 
+use crate::MemberCluster;
+use crate::binding::{BindingSpec, NamespacedName, OVERRIDDEN, OverrideSnapshots, reason};
+use crate::conditions::{Condition, FALSE, NewCondition, TRUE, find};
 use crate::overrides::{
     ClusterResourceOverrideSnapshot, JsonPatchOp, JsonPatchOverride, OverrideRule,
     OverrideSelector, OverrideType, ResourceOverrideSnapshot,
@@ -23,6 +28,16 @@ pub struct ClusterInfo {
     pub name: String,
     /// Its labels.
     pub labels: BTreeMap<String, String>,
+}
+
+impl ClusterInfo {
+    /// The cluster `member` describes.
+    pub fn of(member: &MemberCluster) -> Self {
+        ClusterInfo {
+            name: member.name_any(),
+            labels: member.labels().clone(),
+        }
+    }
 }
 
 /// One override snapshot, as the application needs it.
@@ -349,6 +364,253 @@ pub fn apply(
     }
     out.manifests = kept;
     Ok(out)
+}
+
+/// Whether a binding's overrides are fixed (a run bound it, naming its snapshots) rather than
+/// followed (the newest snapshot of every override, for placements the hub rolls out itself).
+pub fn fixed(binding: &BindingSpec) -> bool {
+    binding.update_run_name.is_some()
+}
+
+/// The newest snapshot per override among `all`, by override name.
+fn newest<T, S>(all: impl IntoIterator<Item = T>, key: impl Fn(&S) -> (String, i64)) -> Vec<T>
+where
+    T: Borrow<S>,
+{
+    let mut by: BTreeMap<String, T> = BTreeMap::new();
+    for s in all {
+        let (name, index) = key(s.borrow());
+        if by.get(&name).is_none_or(|b| key(b.borrow()).1 < index) {
+            by.insert(name, s);
+        }
+    }
+    by.into_values().collect()
+}
+
+/// The newest snapshot of every ClusterResourceOverride among `all`.
+pub fn newest_cluster<T: Borrow<ClusterResourceOverrideSnapshot>>(
+    all: impl IntoIterator<Item = T>,
+) -> Vec<T> {
+    newest(all, |s: &ClusterResourceOverrideSnapshot| {
+        (s.spec.override_name.clone(), s.spec.index)
+    })
+}
+
+/// The newest snapshot of every ResourceOverride (per namespace) among `all`.
+pub fn newest_namespaced<T: Borrow<ResourceOverrideSnapshot>>(
+    all: impl IntoIterator<Item = T>,
+) -> Vec<T> {
+    newest(all, |s: &ResourceOverrideSnapshot| {
+        (
+            format!(
+                "{}/{}",
+                s.namespace().unwrap_or_default(),
+                s.spec.override_name
+            ),
+            s.spec.index,
+        )
+    })
+}
+
+/// The override snapshots that count for one cluster of a placement (held as `C` and `N`: the
+/// hub's caches hand out `Arc`s, the plugin lists owned objects).
+#[derive(Debug, Clone)]
+pub struct Chosen<C, N> {
+    /// ClusterResourceOverrideSnapshots.
+    pub cluster: Vec<C>,
+    /// ResourceOverrideSnapshots.
+    pub namespaced: Vec<N>,
+    /// Snapshots the binding names that no longer exist (their override was deleted): the
+    /// work generator goes on without them.
+    pub missing: Vec<String>,
+}
+
+/// The snapshots that count for a cluster whose Binding is `binding` (if it has one), among
+/// every snapshot there is: those a run bound it to, when a run did; otherwise the newest
+/// snapshot of every override. The hub's work generator and `kubectl fleet render` both choose
+/// with this.
+pub fn choose<C, N>(
+    binding: Option<&BindingSpec>,
+    cluster: impl IntoIterator<Item = C>,
+    namespaced: impl IntoIterator<Item = N>,
+) -> Chosen<C, N>
+where
+    C: Borrow<ClusterResourceOverrideSnapshot>,
+    N: Borrow<ResourceOverrideSnapshot>,
+{
+    let Some(binding) = binding.filter(|b| fixed(b)) else {
+        return Chosen {
+            cluster: newest_cluster(cluster),
+            namespaced: newest_namespaced(namespaced),
+            missing: Vec::new(),
+        };
+    };
+    let mut by_name: BTreeMap<String, C> = cluster
+        .into_iter()
+        .map(|s| (s.borrow().name_any(), s))
+        .collect();
+    let mut by_ref: BTreeMap<(String, String), N> = namespaced
+        .into_iter()
+        .map(|s| {
+            let s_ = s.borrow();
+            ((s_.namespace().unwrap_or_default(), s_.name_any()), s)
+        })
+        .collect();
+    let mut missing = Vec::new();
+    let cluster = binding
+        .cluster_resource_override_snapshots
+        .iter()
+        .filter_map(|n| {
+            let found = by_name.remove(n);
+            if found.is_none() {
+                missing.push(n.clone());
+            }
+            found
+        })
+        .collect();
+    let namespaced = binding
+        .resource_override_snapshots
+        .iter()
+        .filter_map(|NamespacedName { name, namespace }| {
+            let found = by_ref.remove(&(namespace.clone(), name.clone()));
+            if found.is_none() {
+                missing.push(format!("{namespace}/{name}"));
+            }
+            found
+        })
+        .collect();
+    Chosen {
+        cluster,
+        namespaced,
+        missing,
+    }
+}
+
+impl<C, N> Chosen<C, N>
+where
+    C: Borrow<ClusterResourceOverrideSnapshot>,
+    N: Borrow<ResourceOverrideSnapshot>,
+{
+    /// The chosen snapshots, in the order they apply in ([`order`]).
+    pub fn overrides(&self) -> Vec<Override<'_>> {
+        let mut overrides: Vec<Override<'_>> = self
+            .cluster
+            .iter()
+            .map(|s| Override::cluster(s.borrow()))
+            .chain(
+                self.namespaced
+                    .iter()
+                    .map(|s| Override::namespaced(s.borrow())),
+            )
+            .collect();
+        order(&mut overrides);
+        overrides
+    }
+
+    /// The chosen snapshots by name, as a Binding and a run list them.
+    pub fn names(&self) -> OverrideSnapshots {
+        OverrideSnapshots {
+            cluster_resource_override_snapshots: self
+                .cluster
+                .iter()
+                .map(|s| s.borrow().name_any())
+                .collect(),
+            resource_override_snapshots: self
+                .namespaced
+                .iter()
+                .map(|s| NamespacedName {
+                    name: s.borrow().name_any(),
+                    namespace: s.borrow().namespace().unwrap_or_default(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Their names as [`OverrideSnapshots::key`] writes them (the Work's annotation).
+    pub fn key(&self) -> String {
+        self.names().key()
+    }
+
+    /// `manifests` of `placement` with the chosen overrides applied for `cluster`.
+    pub fn apply(
+        &self,
+        manifests: &[Value],
+        placement: &str,
+        cluster: &ClusterInfo,
+    ) -> Result<Applied, OverrideError> {
+        apply(manifests, &self.overrides(), placement, cluster)
+    }
+}
+
+/// The start of an `OverriddenSucceeded` message, before the snapshots' names.
+const APPLIED_PREFIX: &str = "applied override snapshots: ";
+
+/// A Binding's `Overridden` condition for the outcome of applying its overrides for `cluster`.
+pub fn overridden_condition(
+    cluster: &str,
+    result: &Result<Applied, OverrideError>,
+    generation: Option<i64>,
+) -> NewCondition<'static> {
+    match result {
+        Ok(applied) if applied.used.is_empty() => NewCondition::new(
+            OVERRIDDEN,
+            TRUE,
+            reason::NO_OVERRIDE_SPECIFIED,
+            format!("no override changes what cluster {cluster} gets"),
+            generation,
+        ),
+        Ok(applied) => NewCondition::new(
+            OVERRIDDEN,
+            TRUE,
+            reason::OVERRIDDEN_SUCCEEDED,
+            format!("{APPLIED_PREFIX}{}", applied.used.join(", ")),
+            generation,
+        ),
+        Err(e) => NewCondition::new(
+            OVERRIDDEN,
+            FALSE,
+            reason::OVERRIDDEN_FAILED,
+            format!("{e}; nothing was written to cluster {cluster}'s Work"),
+            generation,
+        ),
+    }
+}
+
+/// What a Binding's `Overridden` condition says about its cluster: the one reading of it, for
+/// the dashboard and the plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Overridden {
+    /// Not reported yet (no Work written since overrides exist).
+    Unknown,
+    /// No override changes what the cluster gets.
+    None,
+    /// These override snapshots changed it, in the order they applied.
+    Applied(Vec<String>),
+    /// A rule cannot apply; the message names the override, the rule and the path.
+    Failed(String),
+}
+
+impl Overridden {
+    /// The reading of `conditions` (a Binding's).
+    pub fn of(conditions: &[Condition]) -> Self {
+        let Some(c) = find(conditions, OVERRIDDEN) else {
+            return Overridden::Unknown;
+        };
+        match c.reason.as_str() {
+            reason::NO_OVERRIDE_SPECIFIED => Overridden::None,
+            reason::OVERRIDDEN_SUCCEEDED => Overridden::Applied(
+                c.message
+                    .strip_prefix(APPLIED_PREFIX)
+                    .unwrap_or(&c.message)
+                    .split(", ")
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+            ),
+            reason::OVERRIDDEN_FAILED => Overridden::Failed(c.message.clone()),
+            _ => Overridden::Unknown,
+        }
+    }
 }
 
 #[cfg(test)]

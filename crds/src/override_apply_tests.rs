@@ -275,3 +275,99 @@ fn cluster_scoped_overrides_apply_first_then_namespaced_by_name() {
     elsewhere["metadata"]["namespace"] = json!("other");
     assert!(!Override::namespaced(&a).selects(&elsewhere));
 }
+
+fn indexed(name: &str, index: i64) -> ResourceOverrideSnapshot {
+    let mut s = production_image();
+    s.metadata.name = Some(format!("{name}-{index}"));
+    s.spec.override_name = name.into();
+    s.spec.index = index;
+    s
+}
+
+fn bound_by_run(snapshots: &[(&str, &str)]) -> BindingSpec {
+    BindingSpec {
+        placement_name: "web".into(),
+        target_cluster: "m".into(),
+        update_run_name: Some("run-1".into()),
+        resource_override_snapshots: snapshots
+            .iter()
+            .map(|(namespace, name)| NamespacedName {
+                name: name.to_string(),
+                namespace: namespace.to_string(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_run_bound_binding_keeps_its_snapshots_and_others_follow_the_newest() {
+    let all = [
+        indexed("image", 0),
+        indexed("image", 1),
+        indexed("other", 0),
+    ];
+    let fixed = bound_by_run(&[("app", "image-0"), ("app", "gone-3")]);
+    let chosen = choose(
+        Some(&fixed),
+        std::iter::empty::<&ClusterResourceOverrideSnapshot>(),
+        all.iter(),
+    );
+    let names: Vec<String> = chosen.namespaced.iter().map(|s| s.name_any()).collect();
+    assert_eq!(names, ["image-0"]);
+    assert_eq!(chosen.missing, ["app/gone-3"]);
+    assert_eq!(chosen.key(), "app/image-0");
+
+    let following = BindingSpec {
+        update_run_name: None,
+        ..fixed.clone()
+    };
+    for binding in [Some(&following), None] {
+        let chosen = choose(
+            binding,
+            std::iter::empty::<&ClusterResourceOverrideSnapshot>(),
+            all.iter(),
+        );
+        let mut names: Vec<String> = chosen.namespaced.iter().map(|s| s.name_any()).collect();
+        names.sort();
+        assert_eq!(names, ["image-1", "other-0"]);
+        assert!(chosen.missing.is_empty());
+    }
+}
+
+#[test]
+fn the_overridden_condition_reads_back_as_written() {
+    use crate::conditions::{Condition, set_condition};
+    let read = |result: &Result<Applied, OverrideError>| {
+        let mut conditions: Vec<Condition> = Vec::new();
+        set_condition(
+            &mut conditions,
+            overridden_condition("m", result, Some(1)),
+            jiff::Timestamp::UNIX_EPOCH,
+        );
+        Overridden::of(&conditions)
+    };
+    assert_eq!(read(&Ok(Applied::default())), Overridden::None);
+    let used = Applied {
+        manifests: vec![],
+        used: vec!["ns-0".into(), "image-2".into()],
+    };
+    assert_eq!(
+        read(&Ok(used)),
+        Overridden::Applied(vec!["ns-0".into(), "image-2".into()])
+    );
+    let err = OverrideError {
+        override_: "ResourceOverride app/bad".into(),
+        rule: 1,
+        object: "Deployment app/web".into(),
+        reason: "replace /x: the object has no such path".into(),
+    };
+    let Overridden::Failed(message) = read(&Err(err)) else {
+        panic!("a failure reads as one")
+    };
+    assert!(
+        message.starts_with("ResourceOverride app/bad rule 1 on Deployment app/web"),
+        "{message}"
+    );
+    assert_eq!(Overridden::of(&[]), Overridden::Unknown);
+}

@@ -20,6 +20,11 @@ pub const OVERRIDE_INDEX_LABEL: &str = "fleethub.dev/override-index";
 /// tell its overrides reached the Work.
 pub const WORK_OVERRIDES_ANNOTATION: &str = "fleethub.dev/override-snapshots";
 
+/// Annotation on a Work: the override snapshots that changed it (comma separated; empty when
+/// none did), from which the binding's `Overridden` condition is restated without applying the
+/// overrides again.
+pub const WORK_OVERRIDES_APPLIED_ANNOTATION: &str = "fleethub.dev/overrides-applied";
+
 /// The name of snapshot `index` of override `name`.
 pub fn snapshot_name(name: &str, index: i64) -> String {
     format!("{name}-{index}")

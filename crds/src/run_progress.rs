@@ -15,9 +15,10 @@ use kube::ResourceExt;
 use crate::conditions::{FALSE, TRUE, find, is_true};
 use crate::strategy::{StageConfig, StageTask, StageTaskType};
 use crate::update_run::{
-    APPROVAL_REQUEST_APPROVED, APPROVAL_REQUEST_CREATED, CLUSTER_STARTED, ClusterUpdatingStatus,
-    INITIALIZED, METRIC_CHECK_PASSED, MetricCheckResult, PROGRESSING, SUCCEEDED, StageTaskStatus,
-    StageUpdatingStatus, UpdateRunState, UpdateRunStatus, WAIT_TIME_ELAPSED, reason,
+    APPROVAL_REQUEST_APPROVED, APPROVAL_REQUEST_CREATED, CLUSTER_SKIPPED, CLUSTER_STARTED,
+    ClusterUpdatingStatus, INITIALIZED, METRIC_CHECK_PASSED, MetricCheckResult, PROGRESSING,
+    SUCCEEDED, StageTaskStatus, StageUpdatingStatus, UpdateRunState, UpdateRunStatus,
+    WAIT_TIME_ELAPSED, reason,
 };
 use crate::{ApprovalRequest, UpdateRun, approval, duration};
 
@@ -30,6 +31,8 @@ pub enum RunPhase {
     Queued,
     /// Not initialized yet.
     Initializing,
+    /// `spec.state: Initialize`: the plan is in status; nothing starts until `Run`.
+    Planned,
     /// Updating clusters.
     Progressing,
     /// `spec.state: Stop` was set; clusters already updating finish.
@@ -38,7 +41,8 @@ pub enum RunPhase {
     Stopped,
     /// An after-stage task (a soak or an approval) holds the run.
     Waiting,
-    /// A cluster failed; nothing new starts until it recovers.
+    /// A cluster holds the run: it failed (past its stage's maxFailedClusters), or its member
+    /// is not healthy at its turn; nothing new starts until it recovers.
     Blocked,
     /// Every cluster runs the snapshot.
     Succeeded,
@@ -67,8 +71,11 @@ impl RunPhase {
         }
         match find(c, PROGRESSING).map(|p| p.reason.as_str()) {
             Some(reason::STOPPED) => RunPhase::Stopped,
-            Some(reason::CLUSTER_FAILED) => RunPhase::Blocked,
+            Some(reason::STOPPING) => RunPhase::Stopping,
+            Some(reason::CLUSTER_FAILED | reason::WAITING_FOR_MEMBER) => RunPhase::Blocked,
             Some(reason::WAITING) => RunPhase::Waiting,
+            Some(reason::NOT_STARTED) => RunPhase::Planned,
+            Some(reason::WAITING_FOR_PREVIOUS_RUN) => RunPhase::Queued,
             _ if run.spec.state == Some(UpdateRunState::Stop) => RunPhase::Stopping,
             _ => RunPhase::Progressing,
         }
@@ -80,6 +87,7 @@ impl RunPhase {
             RunPhase::Pending => "Pending",
             RunPhase::Queued => "Queued",
             RunPhase::Initializing => "Initializing",
+            RunPhase::Planned => "Planned",
             RunPhase::Progressing => "Progressing",
             RunPhase::Stopping => "Stopping",
             RunPhase::Stopped => "Stopped",
@@ -140,6 +148,9 @@ pub enum ClusterPhase {
     Updating,
     /// Runs the snapshot and is available (or, in the deletion stage, the workload is gone).
     Succeeded,
+    /// Passed over by the run: it left the placement, or its member was not healthy at its
+    /// turn (within its stage's maxFailedClusters); the reason says which.
+    Skipped,
     /// Failed, with a reason and message.
     Failed,
 }
@@ -171,6 +182,9 @@ pub struct RunProgress {
     pub ended: Option<Timestamp>,
     /// The stages, in the strategy's order.
     pub stages: Vec<StageProgress>,
+    /// How many clusters the placement selects now that the run does not include (they joined
+    /// after it was planned), and the first of their names.
+    pub not_in_run: (usize, Vec<String>),
     /// The final stage that removes the workload from clusters no longer selected.
     pub deletion: Option<StageProgress>,
 }
@@ -361,7 +375,7 @@ impl RunProgress {
         RunProgress {
             name: run.name_any(),
             placement: run.spec.placement_name.clone(),
-            index: run.spec.resource_snapshot_index.clone(),
+            index: run.index_text().unwrap_or_default().to_string(),
             strategy: run.spec.staged_rollout_strategy_name.clone(),
             phase,
             message,
@@ -371,6 +385,11 @@ impl RunProgress {
             started: time(status.start_time.as_ref()),
             ended: time(status.end_time.as_ref()),
             stages,
+            not_in_run: status
+                .clusters_not_in_run
+                .as_ref()
+                .map(|n| (n.count.max(0) as usize, n.names.clone()))
+                .unwrap_or_default(),
             deletion: status
                 .deletion_stage_status
                 .as_ref()
@@ -394,6 +413,26 @@ impl RunProgress {
                 all + 1,
             )
         })
+    }
+
+    /// "2 clusters joined Placement web after this run started (member-4, member-5): start a new
+    /// run to include them", while the run is not over.
+    pub fn not_in_run_notice(&self) -> Option<String> {
+        let (count, names) = &self.not_in_run;
+        if *count == 0 || self.phase.finished() {
+            return None;
+        }
+        let more = count.saturating_sub(names.len());
+        let listed = if more > 0 {
+            format!("{} and {more} more", names.join(", "))
+        } else {
+            names.join(", ")
+        };
+        let clusters = if *count == 1 { "cluster" } else { "clusters" };
+        Some(format!(
+            "{count} {clusters} joined Placement {} after this run started ({listed}): start a new run to include them",
+            self.placement
+        ))
     }
 
     /// Sentences that say why the run does not move, if it does not: a failed run's or blocked
@@ -483,8 +522,10 @@ fn tasks(
 fn cluster(c: &ClusterUpdatingStatus) -> ClusterProgress {
     let succeeded = find(&c.conditions, SUCCEEDED);
     let started = find(&c.conditions, CLUSTER_STARTED);
+    let skipped = find(&c.conditions, CLUSTER_SKIPPED).filter(|s| s.status == TRUE);
     let (phase, latest) = match (succeeded, started) {
         (Some(s), _) if s.status == TRUE => (ClusterPhase::Succeeded, Some(s)),
+        _ if skipped.is_some() => (ClusterPhase::Skipped, skipped),
         (Some(s), _) if s.status == FALSE => (ClusterPhase::Failed, Some(s)),
         (_, Some(s)) if s.status == TRUE => (ClusterPhase::Updating, Some(s)),
         _ => (ClusterPhase::Pending, None),

@@ -41,7 +41,7 @@ fn waiting_run() -> UpdateRun {
         "r1",
         UpdateRunSpec {
             placement_name: "web".into(),
-            resource_snapshot_index: "2".into(),
+            resource_snapshot_index: Some("2".into()),
             staged_rollout_strategy_name: "three".into(),
             ..Default::default()
         },
@@ -347,6 +347,26 @@ fn run_phases_follow_the_conditions_and_spec() {
             RunPhase::Blocked,
         ),
         (
+            vec![init(), progressing(FALSE, reason::WAITING_FOR_MEMBER)],
+            None,
+            RunPhase::Blocked,
+        ),
+        (
+            vec![init(), progressing(TRUE, reason::STOPPING)],
+            Some(UpdateRunState::Stop),
+            RunPhase::Stopping,
+        ),
+        (
+            vec![init(), progressing(FALSE, reason::NOT_STARTED)],
+            Some(UpdateRunState::Initialize),
+            RunPhase::Planned,
+        ),
+        (
+            vec![init(), progressing(FALSE, reason::WAITING_FOR_PREVIOUS_RUN)],
+            None,
+            RunPhase::Queued,
+        ),
+        (
             vec![
                 init(),
                 cond(SUCCEEDED, TRUE, reason::SUCCEEDED, "", "00:00"),
@@ -384,4 +404,42 @@ fn run_phases_follow_the_conditions_and_spec() {
     let p = RunProgress::new(&done, &[]);
     assert_eq!(p.current_stage, None);
     assert_eq!(p.message, "all done");
+}
+
+#[test]
+fn skipped_clusters_the_index_in_use_and_clusters_not_in_the_run_are_read() {
+    let mut run = waiting_run();
+    run.spec.resource_snapshot_index = None;
+    let status = run.status.as_mut().unwrap();
+    status.resource_snapshot_index_used = Some("7".into());
+    status.clusters_not_in_run = Some(crate::update_run::ClustersNotInRun {
+        count: 3,
+        names: vec!["new-1".into(), "new-2".into()],
+    });
+    status.stages_status[2].clusters.push(cluster(
+        "gone",
+        vec![cond(
+            crate::update_run::CLUSTER_SKIPPED,
+            TRUE,
+            reason::CLUSTER_UNSELECTED,
+            "cluster gone left Placement web before its turn",
+            "04:00",
+        )],
+    ));
+    let p = RunProgress::new(&run, &[]);
+    assert_eq!(p.index, "7");
+    let gone = p.clusters().find(|c| c.name == "gone").unwrap();
+    assert_eq!(gone.phase, ClusterPhase::Skipped);
+    assert_eq!(gone.reason, "ClusterUnselected");
+    assert!(gone.message.contains("before its turn"));
+    assert_eq!(
+        p.not_in_run_notice().as_deref(),
+        Some(
+            "3 clusters joined Placement web after this run started (new-1, new-2 and 1 more): start a new run to include them"
+        )
+    );
+    // Not said of a finished run.
+    run.status.as_mut().unwrap().conditions =
+        vec![cond(SUCCEEDED, TRUE, reason::SUCCEEDED, "done", "09:00")];
+    assert_eq!(RunProgress::new(&run, &[]).not_in_run_notice(), None);
 }

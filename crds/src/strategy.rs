@@ -58,7 +58,9 @@ pub struct StageConfig {
     )]
     pub name: String,
     /// Selects the member clusters of this stage by their labels. Every cluster a placement
-    /// selects must match exactly one stage.
+    /// selects must match exactly one stage. Without a labelSelector the stage selects no
+    /// cluster (a stage of gates only, as in KubeFleet); `labelSelector: {}` selects every
+    /// cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_selector: Option<LabelSelector>,
     /// A label whose integer value orders the clusters within the stage (lowest first; ties and
@@ -77,6 +79,13 @@ pub struct StageConfig {
     #[schemars(schema_with = "int_or_percent")]
     #[x_kube(validation = Rule::new("type(self) != int || self >= 1").message("maxConcurrency must be an integer of at least 1 or a percentage from 1% to 100%"))]
     pub max_concurrency: Option<IntOrString>,
+    /// How many of the stage's clusters may fail (or be skipped because their member is not
+    /// healthy when their turn comes) while the stage goes on; default 0: the first failure
+    /// stops the run. A cluster that fails within the budget is left as it is and reported;
+    /// past the budget the run stops at the stage and says which clusters failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub max_failed_clusters: Option<i32>,
     /// Tasks that must all pass before the stage's first cluster starts: `Approval`
     /// (ApprovalRequest `<run>-before-<stage>`) and `MetricCheck`, at most one of each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -118,7 +127,7 @@ pub struct StageTask {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(min = 2, max = 20),
-        regex(pattern = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$")
+        regex(pattern = crate::duration::DURATION_PATTERN)
     )]
     #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("waitTime must be longer than 0s"))]
     pub wait_time: Option<String>,
@@ -145,14 +154,14 @@ pub struct MetricCheck {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(min = 2, max = 20),
-        regex(pattern = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$")
+        regex(pattern = crate::duration::DURATION_PATTERN)
     )]
     pub initial_delay: Option<String>,
     /// How long between checks (default `30s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(min = 2, max = 20),
-        regex(pattern = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$")
+        regex(pattern = crate::duration::DURATION_PATTERN)
     )]
     #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("interval must be longer than 0s"))]
     pub interval: Option<String>,
@@ -166,7 +175,7 @@ pub struct MetricCheck {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(min = 2, max = 20),
-        regex(pattern = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$")
+        regex(pattern = crate::duration::DURATION_PATTERN)
     )]
     #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("timeout must be longer than 0s"))]
     pub timeout: Option<String>,

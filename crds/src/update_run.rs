@@ -26,6 +26,12 @@ pub const APPROVAL_REQUEST_CREATED: &str = "ApprovalRequestCreated";
 pub const APPROVAL_REQUEST_APPROVED: &str = "ApprovalRequestApproved";
 /// MetricCheck task condition type: the query passed successThreshold consecutive checks.
 pub const METRIC_CHECK_PASSED: &str = "MetricCheckPassed";
+/// Cluster condition type: the run passed the cluster over (it left the placement, or its member
+/// was not healthy at its turn and the stage's failure budget allowed going on without it).
+pub const CLUSTER_SKIPPED: &str = "Skipped";
+
+/// The most names `status.clustersNotInRun.names` lists (the count goes on).
+pub const MAX_CLUSTERS_NOT_IN_RUN_NAMES: usize = 20;
 
 /// Name of the final stage (`status.deletionStageStatus`) that removes the workload from
 /// clusters the placement no longer selects.
@@ -48,6 +54,25 @@ pub mod reason {
     pub const WAITING: &str = "UpdateRunWaiting";
     /// Progressing=False: `spec.state` is Stop.
     pub const STOPPED: &str = "UpdateRunStopped";
+    /// Progressing=True: `spec.state` is Stop; clusters already updating finish first.
+    pub const STOPPING: &str = "UpdateRunStopping";
+    /// Progressing=False: `spec.state` is Initialize; the plan is in status, nothing starts
+    /// until `spec.state` is Run.
+    pub const NOT_STARTED: &str = "UpdateRunNotStarted";
+    /// Progressing=False: the next cluster's member is not healthy; the run waits for it (the
+    /// stage's maxFailedClusters budget is spent or zero).
+    pub const WAITING_FOR_MEMBER: &str = "WaitingForHealthyMember";
+    /// Succeeded=False: the Placement was deleted while the run rolled it out.
+    pub const PLACEMENT_DELETED: &str = "PlacementDeleted";
+    /// Cluster Skipped=True: the cluster left the placement (no longer selected, or its
+    /// MemberCluster left) before or while the run updated it.
+    pub const CLUSTER_UNSELECTED: &str = "ClusterUnselected";
+    /// Deletion-stage cluster Skipped=True: the placement selects the cluster again, so its
+    /// workload is not removed.
+    pub const CLUSTER_SELECTED_AGAIN: &str = "ClusterSelectedAgain";
+    /// Cluster Skipped=True: its member was not healthy at its turn; the stage's
+    /// maxFailedClusters budget let the run go on without it.
+    pub const MEMBER_UNHEALTHY: &str = "MemberClusterUnhealthy";
     /// Progressing=False: a cluster failed; nothing new starts.
     pub const CLUSTER_FAILED: &str = "ClusterUpdateFailed";
     /// Succeeded=True.
@@ -141,31 +166,38 @@ pub mod reason {
     selectable = ".spec.placementName",
     validation = Rule::new("self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS label of at most 63 characters (ApprovalRequests are named <run>-<stage> and labelled with it)"),
     printcolumn(name = "Placement", type_ = "string", json_path = ".spec.placementName"),
-    printcolumn(name = "Index", type_ = "string", json_path = ".spec.resourceSnapshotIndex"),
+    printcolumn(name = "Index", type_ = "string", json_path = ".status.resourceSnapshotIndexUsed"),
     printcolumn(name = "Strategy", type_ = "string", json_path = ".spec.stagedRolloutStrategyName", priority = 1),
     printcolumn(name = "Stage", type_ = "string", json_path = ".status.currentStage"),
     printcolumn(name = "Initialized", type_ = "string", json_path = ".status.conditions[?(@.type==\"Initialized\")].status", priority = 1),
     printcolumn(name = "Progressing", type_ = "string", json_path = ".status.conditions[?(@.type==\"Progressing\")].reason"),
     printcolumn(name = "Succeeded", type_ = "string", json_path = ".status.conditions[?(@.type==\"Succeeded\")].status"),
+    printcolumn(name = "Not-In-Run", type_ = "integer", json_path = ".status.clustersNotInRun.count", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.resourceSnapshotIndex) == has(oldSelf.resourceSnapshotIndex)").message("resourceSnapshotIndex is immutable: create a new UpdateRun instead"))]
+#[x_kube(validation = Rule::new("!has(self.state) || self.state != 'Initialize' || (has(oldSelf.state) && oldSelf.state == 'Initialize')").message("state cannot go back to Initialize once the run was set to Run or Stop"))]
 pub struct UpdateRunSpec {
     /// The Placement to roll out. Immutable.
     #[schemars(length(min = 1, max = 63))]
     #[x_kube(validation = Rule::new("self == oldSelf").message("placementName is immutable: create a new UpdateRun instead"))]
     pub placement_name: String,
     /// The resource snapshot index to roll out, as a decimal string (e.g. "3"). Immutable. An
-    /// older index is a rollback.
+    /// older index is a rollback. Omitted: the placement's latest snapshot when the hub first
+    /// sees the run, recorded in `status.resourceSnapshotIndexUsed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 18), regex(pattern = r"^[0-9]+$"))]
     #[x_kube(validation = Rule::new("self == oldSelf").message("resourceSnapshotIndex is immutable: create a new UpdateRun instead"))]
-    pub resource_snapshot_index: String,
+    pub resource_snapshot_index: Option<String>,
     /// The StagedUpdateStrategy to follow. Immutable; the run freezes a copy of it when it starts.
     #[schemars(length(min = 1, max = 253))]
     #[x_kube(validation = Rule::new("self == oldSelf").message("stagedRolloutStrategyName is immutable: create a new UpdateRun instead"))]
     pub staged_rollout_strategy_name: String,
-    /// `Run` (default) or `Stop`. A stopped run starts no new cluster; clusters already updating
-    /// finish. Setting it back to `Run` resumes.
+    /// `Run` (default), `Stop` or `Initialize`. A stopped run starts no new cluster; clusters
+    /// already updating finish (`Stopping`, then `Stopped`). Setting it back to `Run` resumes.
+    /// `Initialize` computes the plan (stages, clusters in order) into status and starts
+    /// nothing until set to `Run`; it cannot be set again afterwards.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<UpdateRunState>,
     /// How long a cluster may take to report its Work Available before the run stops and says
@@ -173,18 +205,29 @@ pub struct UpdateRunSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(min = 2, max = 20),
-        regex(pattern = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$")
+        regex(pattern = crate::duration::DURATION_PATTERN)
     )]
     #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("healthTimeout must be longer than 0s"))]
     pub health_timeout: Option<String>,
 }
 
-impl UpdateRunSpec {
-    /// The resource snapshot index to roll out: `resourceSnapshotIndex` read as a number, the
-    /// one place it is parsed. Admission allows only decimal digits, at most 18 of them, so an
-    /// error means an object that bypassed admission.
-    pub fn snapshot_index(&self) -> Result<i64, std::num::ParseIntError> {
-        self.resource_snapshot_index.parse()
+impl UpdateRun {
+    /// The resource snapshot index the run rolls out, as written: `spec.resourceSnapshotIndex`,
+    /// else the latest index the hub recorded for it (`status.resourceSnapshotIndexUsed`). None
+    /// until the hub has chosen one for a run that names none.
+    pub fn index_text(&self) -> Option<&str> {
+        self.spec.resource_snapshot_index.as_deref().or_else(|| {
+            self.status
+                .as_ref()
+                .and_then(|s| s.resource_snapshot_index_used.as_deref())
+        })
+    }
+
+    /// The resource snapshot index to roll out read as a number, the one place it is parsed:
+    /// None until known, an error for a value admission would have refused (only decimal
+    /// digits, at most 18 of them).
+    pub fn snapshot_index(&self) -> Option<Result<i64, std::num::ParseIntError>> {
+        self.index_text().map(str::parse)
     }
 }
 
@@ -196,6 +239,8 @@ pub enum UpdateRunState {
     Run,
     /// Start nothing new; let clusters already updating finish.
     Stop,
+    /// Compute and show the plan; start nothing until set to `Run`.
+    Initialize,
 }
 
 /// The progress of a run. Everything the run decides on is here, so a restarted hub resumes it.
@@ -212,6 +257,14 @@ pub struct UpdateRunStatus {
     /// The name of the stage in progress (or waiting on its after-stage tasks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_stage: Option<String>,
+    /// The resource snapshot index the run rolls out: `spec.resourceSnapshotIndex`, or the
+    /// placement's latest when the hub first saw a run that names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_snapshot_index_used: Option<String>,
+    /// Clusters the placement selects now that are not part of this run (they joined it after
+    /// the run froze its plan): start a new run to include them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusters_not_in_run: Option<ClustersNotInRun>,
     /// How many clusters the placement selected when the run initialized.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy_observed_cluster_count: Option<i32>,
@@ -237,6 +290,17 @@ pub struct UpdateRunStatus {
     /// When the run finished (succeeded or failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_time: Option<Time>,
+}
+
+/// Clusters a run does not include although its placement selects them now.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClustersNotInRun {
+    /// How many.
+    pub count: i32,
+    /// The first of them by name (at most 20).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
 }
 
 /// One stage's plan and progress.
@@ -277,7 +341,8 @@ pub struct StageUpdatingStatus {
 pub struct ClusterUpdatingStatus {
     /// The MemberCluster.
     pub cluster_name: String,
-    /// `Started` and `Succeeded` (False with a reason naming the object when it failed).
+    /// `Started`, `Succeeded` (False with a reason naming the object when it failed) and
+    /// `Skipped` (the run passed the cluster over: `ClusterUnselected`, `MemberClusterUnhealthy`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

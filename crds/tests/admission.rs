@@ -77,10 +77,10 @@ async fn every_crd_is_established_on_the_hub() {
             .unwrap_or_else(|e| panic!("CRD {name} is not installed: {e}"));
         let established = got
             .status
-            .clone()
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
             .into_iter()
+            .flatten()
             .any(|c| c.type_ == "Established" && c.status == "True");
         assert!(established, "CRD {name} is not Established");
         assert_eq!(got.spec.names.kind, want.spec.names.kind);
@@ -346,10 +346,10 @@ fn invalid_cases() -> Vec<(&'static str, &'static str, String, Value, Vec<&'stat
             vec!["spec.stages[0].afterStageTasks[0].waitTime", "should match"],
         ),
         (
-            "waitTime units out of order",
+            "waitTime without a unit",
             "StagedUpdateStrategy",
             n(),
-            stage(json!({"afterStageTasks": [{"type": "TimedWait", "waitTime": "30m1h"}]})),
+            stage(json!({"afterStageTasks": [{"type": "TimedWait", "waitTime": "1.5"}]})),
             vec!["spec.stages[0].afterStageTasks[0].waitTime", "should match"],
         ),
         (
@@ -628,7 +628,128 @@ async fn update_run_targets_are_immutable_but_state_is_not() {
         .unwrap();
     assert_eq!(stopped.data["spec"]["state"], "Stop");
     assert_eq!(stopped.data["spec"]["placementName"], "web");
+    rejected_with(
+        patch_spec(&api, &name, json!({"state": "Initialize"})).await,
+        "spec",
+        "state cannot go back to Initialize",
+    );
+    rejected_with(
+        patch_spec(&api, &name, json!({"resourceSnapshotIndex": null})).await,
+        "spec",
+        "resourceSnapshotIndex is immutable",
+    );
     api.delete(&name, &Default::default()).await.unwrap();
+}
+
+/// KubeFleet's manifests carry over: Go durations, a run that names no index and starts as a
+/// plan, a gate-only stage without a labelSelector.
+#[tokio::test]
+async fn kubefleet_style_runs_and_strategies_are_accepted() {
+    let hub = Fleet::get().unwrap().hub().await.unwrap();
+    let strategies = api_for::<StagedUpdateStrategy>(&hub, None);
+    let name = unique_name("kf");
+    let _strategy = cleanup::<StagedUpdateStrategy>(&name);
+    let spec = json!({"stages": [
+        {"name": "staging", "labelSelector": {"matchLabels": {"environment": "staging"}},
+         "afterStageTasks": [{"type": "TimedWait", "waitTime": "1.5h"}]},
+        {"name": "canary", "labelSelector": {"matchLabels": {"environment": "canary"}},
+         "afterStageTasks": [{"type": "TimedWait", "waitTime": "90m"}]},
+        {"name": "sign-off", "afterStageTasks": [{"type": "Approval"}]},
+        {"name": "production", "labelSelector": {"matchLabels": {"environment": "production"}},
+         "maxFailedClusters": 2,
+         "afterStageTasks": [{"type": "TimedWait", "waitTime": "1h30m"}]},
+        {"name": "last", "labelSelector": {},
+         "afterStageTasks": [{"type": "TimedWait", "waitTime": "300s"}]}]});
+    let created = strategies
+        .create(
+            &PostParams::default(),
+            &object("StagedUpdateStrategy", &name, spec),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        created.data["spec"]["stages"][0]["afterStageTasks"][0]["waitTime"],
+        "1.5h"
+    );
+    for bad in ["1.5", "1d", "-5m", "5 m"] {
+        let mut s = reference_strategy();
+        s["stages"][0]["afterStageTasks"][0]["waitTime"] = json!(bad);
+        rejected_with(
+            strategies
+                .create(
+                    &PostParams::default(),
+                    &object("StagedUpdateStrategy", &unique_name("kf-bad"), s),
+                )
+                .await,
+            "waitTime",
+            "should match",
+        );
+    }
+
+    let runs = api_for::<UpdateRun>(&hub, None);
+    let run = unique_name("kf-run");
+    let _run = cleanup::<UpdateRun>(&run);
+    let created = runs
+        .create(
+            &PostParams::default(),
+            &object(
+                "UpdateRun",
+                &run,
+                json!({"placementName": "web", "stagedRolloutStrategyName": name, "state": "Initialize"}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created.data["spec"]["state"], "Initialize");
+    rejected_with(
+        patch_spec(&runs, &run, json!({"resourceSnapshotIndex": "3"})).await,
+        "spec",
+        "resourceSnapshotIndex is immutable",
+    );
+    let running = patch_spec(&runs, &run, json!({"state": "Run"}))
+        .await
+        .unwrap();
+    assert_eq!(running.data["spec"]["state"], "Run");
+}
+
+#[tokio::test]
+async fn a_placement_cannot_switch_away_from_external() {
+    let hub = Fleet::get().unwrap().hub().await.unwrap();
+    let api = api_for::<Placement>(&hub, None);
+    let name = unique_name("ext");
+    let _cleanup = cleanup::<Placement>(&name);
+    let spec = |strategy: Value| {
+        json!({"resourceSelectors": [{"group": "", "version": "v1", "kind": "Namespace", "name": "nothing"}],
+               "strategy": strategy})
+    };
+    api.create(
+        &PostParams::default(),
+        &object("Placement", &name, spec(json!({"type": "External"}))),
+    )
+    .await
+    .unwrap();
+    rejected_with(
+        patch_spec(&api, &name, json!({"strategy": {"type": "RollingUpdate"}})).await,
+        "spec",
+        "spec.strategy.type cannot change from External",
+    );
+    rejected_with(
+        patch_spec(&api, &name, json!({"strategy": null})).await,
+        "spec",
+        "cannot change from External",
+    );
+    // The other way is allowed: a RollingUpdate placement may hand its rollouts to runs.
+    let other = unique_name("ext");
+    let _other = cleanup::<Placement>(&other);
+    api.create(
+        &PostParams::default(),
+        &object("Placement", &other, spec(json!({}))),
+    )
+    .await
+    .unwrap();
+    patch_spec(&api, &other, json!({"strategy": {"type": "External"}}))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 use leptos::prelude::*;
 
 use crate::live::live;
-use crate::model::{Me, State, age, clock};
+use crate::model::{Me, OverridesView, State, age, clock};
 
 /// The text of a failed load: the server's sentence, or what the person can do about it.
 fn error_text(e: &ServerFnError) -> String {
@@ -37,6 +37,22 @@ pub fn badge(s: &State) -> impl IntoView + use<> {
     view! {
         <span class=s.tone.class() title=s.message.clone()>
             {s.label.clone()}
+        </span>
+    }
+}
+
+/// Which overrides change what a cluster gets: a badge, the snapshots' names, and a link to
+/// the page showing exactly what it gets (a server page, so the link leaves the app's router).
+pub fn overrides(o: &OverridesView) -> impl IntoView + use<> {
+    let names = (!o.snapshots.is_empty()).then(|| format!(" {}", o.snapshots.join(", ")));
+    view! {
+        <span class="overrides" data-overrides=o.state.label.clone()>
+            {badge(&o.state)}
+            {names}
+            " "
+            <a href=o.render.clone() rel="external">
+                "what it gets"
+            </a>
         </span>
     }
 }

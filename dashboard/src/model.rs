@@ -158,6 +158,20 @@ pub struct PlacementClusterRow {
     /// Whether the member's objects match the hub's (`Drifted`, `Differs`, `Takeover refused`,
     /// `In sync`), with the objects and fields in the message.
     pub drift: State,
+    /// Which overrides change what this cluster gets, and where to see it.
+    pub overrides: OverridesView,
+}
+
+/// Which overrides change what one cluster gets from a placement (its Binding's `Overridden`
+/// condition), with a link to the page showing exactly what it gets.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct OverridesView {
+    /// `None`, `Overridden`, `Override failed` or `Unknown`, with the hub's sentence.
+    pub state: State,
+    /// The override snapshots that changed it, in the order they applied.
+    pub snapshots: Vec<String>,
+    /// The page rendering what the cluster gets, with a diff against the hub's template.
+    pub render: String,
 }
 
 /// The Runs page.
@@ -197,6 +211,10 @@ pub struct RunView {
     pub row: RunRow,
     /// Whether the run is stopped by a person (`spec.state: Stop`).
     pub stopped: bool,
+    /// Whether the run is only planned (`spec.state: Initialize`): starting it sets Run.
+    pub planned: bool,
+    /// Clusters the placement selects that the run does not include, in a sentence.
+    pub notice: Option<String>,
     /// Whether the run is over (succeeded or failed).
     pub finished: bool,
     /// Start time, unix seconds.
@@ -244,6 +262,9 @@ pub struct ClusterView {
     /// Set when objects on this cluster differ from the hub's and are left so.
     #[serde(default)]
     pub drift: Option<State>,
+    /// Which overrides change what the cluster gets (none for the clean-up stage's clusters).
+    #[serde(default)]
+    pub overrides: Option<OverridesView>,
 }
 
 /// An after-stage task.

@@ -457,3 +457,156 @@ async fn a_run_keeps_the_overrides_it_started_with_and_a_failing_rule_fails_its_
         Some("True")
     );
 }
+
+/// Kills the fleet's hub (SIGKILL), runs `meanwhile` while it is down, starts it again and
+/// waits until it leads.
+async fn kill_hub_while<F: std::future::Future<Output = ()>>(fleet: &Fleet, meanwhile: F) {
+    fleet.kill("hub").unwrap();
+    meanwhile.await;
+    fleet.start_fleethub().unwrap();
+    fleethub_testkit::poll_until("the restarted hub to lead", TIMEOUT, || async {
+        let (_, metrics) = fleethub_testkit::http_get(fleet.hub_health_addr(), "/metrics")
+            .await
+            .ok()?;
+        metrics
+            .lines()
+            .any(|l| l == "fleethub_hub_leader 1")
+            .then_some(())
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_hub_killed_mid_run_applies_the_same_overrides_after_its_restart() {
+    use common::real::{Rollout, auto_approve};
+    use fleethub_crds::overrides::WORK_OVERRIDES_ANNOTATION;
+    use fleethub_crds::{UpdateRun, Work};
+    let _labels = LABELS.lock().await;
+    let fleet = Fleet::get().unwrap();
+    // Staging waits for an approval: the hub is killed while the run waits there, and again
+    // while production updates.
+    let r = Rollout::new(
+        fleet,
+        "ovkill",
+        "hub.invalid/web:1",
+        [json!([{"type": "Approval"}]), json!([]), json!([])],
+    )
+    .await;
+    let deployment = json!({"group": "apps", "version": "v1", "kind": "Deployment", "name": "web"});
+    let overrides = |image: &str| {
+        resource_override(
+            &r.ns,
+            "image",
+            deployment.clone(),
+            json!([{"jsonPatchOverrides": [
+                {"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": image}]},
+                   {"clusterSelector": production(), "jsonPatchOverrides": [
+                {"op": "add", "path": "/metadata/annotations", "value": {"cluster": "${MEMBER-CLUSTER-NAME}"}}]}]),
+        )
+    };
+    let snapshots: Api<ResourceOverrideSnapshot> = Api::namespaced(r.hub.clone(), &r.ns);
+    let wait_snapshot = |name: &'static str| {
+        let snapshots = snapshots.clone();
+        async move {
+            wait_for(
+                &snapshots,
+                name,
+                name,
+                TIMEOUT,
+                |s: Option<&ResourceOverrideSnapshot>| s.is_some(),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    kubectl_apply(fleet, &overrides("over.invalid/web:a"));
+    wait_snapshot("image-0").await;
+    let run = r.start_run("a", 0, None).await;
+    let member_1 = fleet.member(1).await.unwrap();
+    wait_image(&member_1, &r.ns, "over.invalid/web:a").await;
+
+    // Killed while staging waits for its approval; the override is edited while the hub is
+    // down, so the restarted hub takes snapshot image-1 before it looks at the run again.
+    kill_hub_while(fleet, async {
+        kubectl_apply(fleet, &overrides("over.invalid/web:b"));
+    })
+    .await;
+    wait_snapshot("image-1").await;
+    let approver = auto_approve(r.hub.clone(), run.clone());
+    // Killed again once production's cluster is being updated.
+    let runs: Api<UpdateRun> = Api::all(r.hub.clone());
+    wait_for(
+        &runs,
+        &run,
+        "production to start",
+        TIMEOUT,
+        |u: Option<&UpdateRun>| {
+            u.and_then(|u| u.status.as_ref())
+                .is_some_and(|s| s.current_stage.as_deref() == Some("production"))
+        },
+    )
+    .await
+    .unwrap();
+    kill_hub_while(fleet, async {}).await;
+    let done = wait_for(
+        &runs,
+        &run,
+        "the run to succeed",
+        TIMEOUT,
+        common::succeeded,
+    )
+    .await
+    .unwrap();
+    approver.abort();
+    let frozen = done.status.unwrap().applied_override_snapshots.unwrap();
+    assert_eq!(frozen.resource_override_snapshots.len(), 1);
+    assert_eq!(frozen.resource_override_snapshots[0].name, "image-0");
+
+    // Every cluster got image-0's values, as its Work, its Binding and the member say.
+    for (i, (member, env)) in ROLES.iter().enumerate() {
+        let client = fleet.member(i + 1).await.unwrap();
+        wait_image(&client, &r.ns, "over.invalid/web:a").await;
+        let on_member = Api::<Deployment>::namespaced(client, &r.ns)
+            .get("web")
+            .await
+            .unwrap();
+        let annotated = on_member
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("cluster"))
+            .cloned();
+        assert_eq!(
+            annotated.as_deref(),
+            (*env == "production").then_some(*member),
+            "{member}"
+        );
+        let work = Api::<Work>::namespaced(r.hub.clone(), &names::member_namespace(member))
+            .get(&names::work_name(&r.placement))
+            .await
+            .unwrap();
+        assert_eq!(
+            kube::ResourceExt::annotations(&work)
+                .get(WORK_OVERRIDES_ANNOTATION)
+                .map(String::as_str),
+            Some(format!("{}/image-0", r.ns).as_str()),
+            "{member}"
+        );
+        let binding = Api::<Binding>::all(r.hub.clone())
+            .get(&names::binding_name(&r.placement, member))
+            .await
+            .unwrap();
+        let overridden = find(&binding.status.unwrap().conditions, OVERRIDDEN)
+            .cloned()
+            .unwrap();
+        assert_eq!(
+            (overridden.reason.as_str(), overridden.message.as_str()),
+            ("OverriddenSucceeded", "applied override snapshots: image-0"),
+            "{member}"
+        );
+    }
+    // The next run uses the edit.
+    r.run_to_success("b", 0).await;
+    wait_image(&member_1, &r.ns, "over.invalid/web:b").await;
+}

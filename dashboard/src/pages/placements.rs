@@ -5,7 +5,7 @@ use leptos::prelude::*;
 
 use super::skeleton::{Empty, Page};
 use crate::api::get_placements;
-use crate::components::{ago, badge, number_or_dash};
+use crate::components::{ago, badge, number_or_dash, overrides};
 use crate::live::live;
 use crate::model::{Me, PlacementRow, PlacementsView, clock};
 
@@ -142,6 +142,7 @@ fn clusters_table(p: &PlacementRow) -> AnyView {
                     <th>"Applied"</th>
                     <th>"Available"</th>
                     <th>"Drift"</th>
+                    <th>"Overrides"</th>
                 </tr>
             </thead>
             <tbody>
@@ -150,13 +151,14 @@ fn clusters_table(p: &PlacementRow) -> AnyView {
                     .iter()
                     .map(|c| {
                         view! {
-                            <tr>
+                            <tr data-cluster=c.cluster.clone()>
                                 <td>{c.cluster.clone()}</td>
                                 <td class="num">{number_or_dash(c.target_index)}</td>
                                 <td class="num">{number_or_dash(c.applied_index)}</td>
                                 <td>{badge(&c.applied)}</td>
                                 <td>{badge(&c.available)}</td>
                                 <td data-drift=c.drift.label.clone()>{badge(&c.drift)}</td>
+                                <td>{overrides(&c.overrides)}</td>
                             </tr>
                         }
                     })

@@ -8,7 +8,7 @@ use leptos_router::hooks::use_params_map;
 
 use super::skeleton::Page;
 use crate::api::get_run;
-use crate::components::{badge, progress};
+use crate::components::{badge, overrides, progress};
 use crate::live::live;
 use crate::model::{Me, RunView, StageView, clock};
 
@@ -35,7 +35,9 @@ fn run_view(v: RunView, me: Option<Me>) -> impl IntoView {
         .clone()
         .filter(|m| m.can_update_runs && !v.finished)
         .map(|me| {
-            let (path, label, class) = if v.stopped {
+            let (path, label, class) = if v.planned {
+                ("resume", "Start run", "button primary")
+            } else if v.stopped {
                 ("resume", "Resume run", "button primary")
             } else {
                 ("stop", "Stop run", "button warn")
@@ -62,6 +64,7 @@ fn run_view(v: RunView, me: Option<Me>) -> impl IntoView {
             {(!v.row.state.message.is_empty()).then(|| v.row.state.message.clone())}
         </p>
         <div class="actions">{progress(v.row.done, v.row.total)} {actions}</div>
+        {v.notice.clone().map(|n| view! { <p class="notice" role="status">{n}</p> })}
         {(!v.problems.is_empty())
             .then(|| {
                 view! {
@@ -119,6 +122,7 @@ fn stage_view(s: StageView, can_approve: bool) -> AnyView {
                         <th>"Started"</th>
                         <th>"Finished"</th>
                         <th>"Details"</th>
+                        <th>"Overrides"</th>
                     </tr>
                 </thead>
                 <tbody>
@@ -146,6 +150,7 @@ fn stage_view(s: StageView, can_approve: bool) -> AnyView {
                                                 }
                                             })}
                                     </td>
+                                    <td>{c.overrides.as_ref().map(overrides)}</td>
                                 </tr>
                             }
                         })

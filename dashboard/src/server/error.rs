@@ -35,6 +35,9 @@ pub enum Error {
         /// e.g. "UpdateRun r1".
         what: String,
     },
+    /// Something a page needs does not exist; the sentence names it.
+    #[error("{0}")]
+    Missing(String),
     /// The hub refused the change (validation, conflict).
     #[error("The hub refused to {action}: {message}")]
     Refused {
@@ -91,7 +94,7 @@ impl Error {
             Error::NotSignedIn | Error::TokenRejected => StatusCode::UNAUTHORIZED,
             Error::Csrf | Error::Forbidden { .. } => StatusCode::FORBIDDEN,
             Error::BadInput(_) => StatusCode::BAD_REQUEST,
-            Error::NotFound { .. } => StatusCode::NOT_FOUND,
+            Error::NotFound { .. } | Error::Missing(_) => StatusCode::NOT_FOUND,
             Error::Refused { .. } => StatusCode::CONFLICT,
             Error::Unavailable { .. } => StatusCode::BAD_GATEWAY,
         }

@@ -391,6 +391,7 @@ pub async fn set_run_state(
     let verb = match state {
         UpdateRunState::Stop => "stop",
         UpdateRunState::Run => "resume",
+        UpdateRunState::Initialize => "plan",
     };
     let patch = serde_json::json!({"spec": {"state": state}});
     Api::<UpdateRun>::all(client.clone())
@@ -436,7 +437,7 @@ pub async fn create_run(
         &name,
         UpdateRunSpec {
             placement_name: placement.to_string(),
-            resource_snapshot_index: index.to_string(),
+            resource_snapshot_index: Some(index.to_string()),
             staged_rollout_strategy_name: strategy.to_string(),
             ..Default::default()
         },

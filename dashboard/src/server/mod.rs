@@ -60,6 +60,10 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{name}/stop", post(stop_run))
         .route("/runs/{name}/resume", post(resume_run))
         .route("/approvals/{name}/approve", post(approve))
+        .route(
+            "/placements/{placement}/clusters/{cluster}/render",
+            get(render_page),
+        )
         .route("/autoupdates/{name}/check", post(check_policy))
         .route("/autoupdates/{name}/reset", post(reset_policy))
         .route("/style.css", get(style))
@@ -330,6 +334,32 @@ async fn request_policy(
             redirect(&format!("/autoupdates#policy-{name}"))
         }
         Err(e) => error_response(e, Some(&s.user)),
+    }
+}
+
+#[derive(Deserialize)]
+struct RenderQuery {
+    snapshot: Option<i64>,
+}
+
+/// What one cluster gets from a placement, read with the signed-in user's token and rendered
+/// by the code `kubectl fleet render` and the hub's work generator use.
+async fn render_page(
+    Extension(s): Extension<Session>,
+    Path((placement, cluster)): Path<(String, String)>,
+    axum::extract::Query(q): axum::extract::Query<RenderQuery>,
+) -> Response {
+    use fleethub_crds::render::{self, RenderError};
+    match render::load(&s.client, &placement, &cluster, q.snapshot).await {
+        Ok(inputs) => pages::render_page(&render::render(&inputs), &s.user).into_response(),
+        Err(e) => {
+            let e = match e {
+                RenderError::NotFound(m) => Error::Missing(m),
+                RenderError::Invalid(m) => Error::BadInput(m),
+                RenderError::Api { doing, source } => Error::from_kube(source, &doing, &doing),
+            };
+            error_response(e, Some(&s.user))
+        }
     }
 }
 

@@ -1,9 +1,10 @@
-//! The pages served without Leptos: sign-in and errors of actions. Plain HTML with the same
+//! The pages served without Leptos: sign-in, errors of actions, and what a cluster gets. Plain HTML with the same
 //! stylesheet; everything interpolated is escaped.
 
 use std::borrow::Cow;
 
 use axum::response::Html;
+use fleethub_crds::render::Render;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 /// Escapes text for HTML content and (quoted) attribute values: `& < > " '`.
@@ -101,6 +102,64 @@ pub fn error_page(message: &str, user: Option<&str>, sign_in: bool) -> Html<Stri
     )
 }
 
+/// The page of what one cluster gets from a placement ([`fleethub_crds::render`], as
+/// `kubectl fleet render` prints it): what it was rendered from, the differences from the hub's
+/// template, and the manifests; or the override rule that cannot apply.
+pub fn render_page(r: &Render, user: &str) -> Html<String> {
+    let notes: String = r
+        .notes()
+        .iter()
+        .map(|n| format!("<li>{}</li>", escape(n)))
+        .collect();
+    let body = match (r.diff(), r.yaml()) {
+        (Ok(diff), Ok(yaml)) => {
+            let diff = if diff.is_empty() {
+                r#"<p class="muted">None: this cluster gets the hub's template as it is.</p>"#
+                    .to_string()
+            } else {
+                let lines: String = diff
+                    .lines()
+                    .map(|l| {
+                        let class = match l.as_bytes().first() {
+                            Some(b'@') => "hunk",
+                            _ if l.starts_with("+++") || l.starts_with("---") => "file",
+                            Some(b'+') => "add",
+                            Some(b'-') => "del",
+                            _ => "same",
+                        };
+                        format!(r#"<span class="{class}">{}</span>"#, escape(l))
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                format!(r#"<pre class="diff" data-diff>{lines}</pre>"#)
+            };
+            format!(
+                r#"<h2>Differences from the hub's template</h2>{diff}<h2>The manifests</h2><pre class="manifests" data-manifests>{}</pre>"#,
+                escape(&yaml)
+            )
+        }
+        (Err(e), _) | (_, Err(e)) => format!(
+            r#"<div class="error" role="alert"><p>An override cannot be applied for this cluster, so the hub leaves its Work as it was: {}</p></div>"#,
+            escape(&e.to_string())
+        ),
+    };
+    let title = format!("What {} gets from {}", r.cluster, r.placement);
+    page(
+        &title,
+        &format!(
+            r#"<span class="user">Signed in as <b>{}</b></span>"#,
+            escape(user)
+        ),
+        &format!(
+            r#"<h1>{}</h1><p><a href="/placements">Placements</a></p><ul class="card notes">{notes}</ul>{body}<p class="muted small">The same as <code>kubectl fleet render {} --cluster {} --snapshot {} [--diff]</code>.</p>"#,
+            escape(&title),
+            escape(&r.placement),
+            escape(&r.cluster),
+            r.index
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,5 +175,55 @@ mod tests {
         assert_eq!(safe_next("https://evil.example"), "/");
         assert_eq!(url_encode("/runs/a?b=c d"), "/runs/a%3Fb%3Dc%20d");
         assert_eq!(url_encode("/runs/é~x_y-z.1"), "/runs/%C3%A9~x_y-z.1");
+    }
+
+    #[test]
+    fn the_render_page_shows_the_diff_line_by_line_escaped() {
+        use fleethub_crds::override_apply::{Applied, OverrideError};
+        use serde_json::json;
+        let template = vec![json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                   "metadata": {"name": "c", "namespace": "app"}, "data": {"a": "<hub>"}})];
+        let mut changed = template.clone();
+        changed[0]["data"]["a"] = json!("member");
+        let mut r = Render {
+            placement: "web".into(),
+            cluster: "member-3".into(),
+            index: 2,
+            index_source: "asked for".into(),
+            override_source: "the newest snapshot of every override".into(),
+            considered: vec!["app/names-0".into()],
+            missing: vec![],
+            template,
+            result: Ok(Applied {
+                manifests: changed,
+                used: vec!["names-0".into()],
+            }),
+        };
+        let html = render_page(&r, "alice").0;
+        assert!(
+            html.contains("<h1>What member-3 gets from web</h1>"),
+            "{html}"
+        );
+        assert!(html.contains("<li>applied: names-0</li>"), "{html}");
+        assert!(
+            html.contains(r#"<span class="del">-  a: &lt;hub&gt;</span>"#),
+            "{html}"
+        );
+        assert!(
+            html.contains(r#"<span class="add">+  a: member</span>"#),
+            "{html}"
+        );
+        assert!(html.contains(r#"<span class="hunk">@@ "#), "{html}");
+        r.result = Err(OverrideError {
+            override_: "ResourceOverride app/bad".into(),
+            rule: 0,
+            object: "ConfigMap app/c".into(),
+            reason: "replace /x: the object has no such path".into(),
+        });
+        let html = render_page(&r, "alice").0;
+        assert!(
+            html.contains("the hub leaves its Work as it was: ResourceOverride app/bad rule 0 on ConfigMap app/c"),
+            "{html}"
+        );
     }
 }

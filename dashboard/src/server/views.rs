@@ -6,8 +6,10 @@ pub use auto_updates::auto_updates;
 
 use std::collections::BTreeMap;
 
+use fleethub_crds::binding::OVERRIDDEN;
 use fleethub_crds::conditions::{FALSE, TRUE, find};
 use fleethub_crds::drift::{self, DRIFTED};
+use fleethub_crds::override_apply::Overridden;
 use fleethub_crds::run_progress::{
     Approval, ClusterPhase, ClusterProgress, RunPhase, RunProgress, StagePhase, StageProgress,
     TaskProgress,
@@ -57,6 +59,36 @@ fn drift_state(conditions: &[Condition]) -> State {
         }
         Some(c) => State::new("Unknown", Tone::Idle, c.message.clone()),
         None => State::new("Unknown", Tone::Idle, "not reported yet (Drifted)"),
+    }
+}
+
+/// The address of the page showing what `cluster` gets from `placement`.
+pub fn render_path(placement: &str, cluster: &str) -> String {
+    format!("/placements/{placement}/clusters/{cluster}/render")
+}
+
+/// Which overrides change what `cluster` gets from `placement`, from its Binding's
+/// `Overridden` condition (`None` when it has no Binding).
+fn overrides_view(placement: &str, cluster: &str, binding: Option<&Binding>) -> OverridesView {
+    let conditions = binding
+        .and_then(|b| b.status.as_ref())
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let message = find(conditions, OVERRIDDEN)
+        .map(|c| c.message.clone())
+        .unwrap_or_else(|| "not reported yet (Overridden)".to_string());
+    let (state, snapshots) = match Overridden::of(conditions) {
+        Overridden::Unknown => (State::new("Unknown", Tone::Idle, message), vec![]),
+        Overridden::None => (State::new("None", Tone::Idle, message), vec![]),
+        Overridden::Applied(snapshots) => {
+            (State::new("Overridden", Tone::Good, message), snapshots)
+        }
+        Overridden::Failed(m) => (State::new("Override failed", Tone::Bad, m), vec![]),
+    };
+    OverridesView {
+        state,
+        snapshots,
+        render: render_path(placement, cluster),
     }
 }
 
@@ -144,6 +176,7 @@ pub fn placements(
                         applied: judge(APPLIED, "Applied", "Not applied"),
                         available: judge(AVAILABLE, "Available", "Not available"),
                         drift: drift_state(&bs.conditions),
+                        overrides: overrides_view(&name, &b.spec.target_cluster, Some(b)),
                     },
                 );
             }
@@ -158,19 +191,19 @@ pub fn placements(
                         applied: State::new("Unknown", Tone::Idle, "no binding yet"),
                         available: State::new("Unknown", Tone::Idle, "no binding yet"),
                         drift: State::new("Unknown", Tone::Idle, "no binding yet"),
+                        overrides: overrides_view(&name, &c.cluster_name, None),
                     });
             }
-            let mut own_runs: Vec<&UpdateRun> = runs
-                .iter()
-                .filter(|r| r.spec.placement_name == name)
-                .collect();
-            own_runs.sort_by_key(|r| r.metadata.creation_timestamp.clone().map(|t| t.0));
-            let newest = own_runs.last();
-            let current: Option<i64> = newest
-                .and_then(|r| r.spec.snapshot_index().ok())
-                .or(status.latest_resource_snapshot_index);
-            let rollback_index =
-                current.and_then(|cur| snaps.iter().map(|s| s.index).filter(|i| *i < cur).max());
+            let indices: Vec<i64> = snaps.iter().map(|s| s.index).collect();
+            let rollback = fleethub_crds::rollback::rollback(
+                &name,
+                status.latest_resource_snapshot_index,
+                runs,
+                &indices,
+            );
+            let newest = fleethub_crds::rollback::runs_of(&name, runs)
+                .last()
+                .copied();
             PlacementRow {
                 name,
                 strategy_type: p
@@ -183,7 +216,7 @@ pub fn placements(
                 snapshots: snaps,
                 clusters: by_cluster.into_values().collect(),
                 last_strategy: newest.map(|r| r.spec.staged_rollout_strategy_name.clone()),
-                rollback_index,
+                rollback_index: rollback.map(|r| r.to),
             }
         })
         .collect();
@@ -199,6 +232,7 @@ fn run_phase_state(phase: RunPhase, message: &str) -> State {
         RunPhase::Pending => ("Pending", Tone::Idle),
         RunPhase::Queued => ("Queued", Tone::Wait),
         RunPhase::Initializing => ("Initializing", Tone::Busy),
+        RunPhase::Planned => ("Planned", Tone::Wait),
         RunPhase::Progressing => ("Running", Tone::Busy),
         RunPhase::Stopping => ("Stopping", Tone::Wait),
         RunPhase::Stopped => ("Stopped", Tone::Wait),
@@ -231,6 +265,7 @@ fn cluster_state(cluster: &ClusterProgress) -> State {
         ClusterPhase::Pending => ("Pending", Tone::Idle),
         ClusterPhase::Updating => ("Updating", Tone::Busy),
         ClusterPhase::Succeeded => ("Succeeded", Tone::Good),
+        ClusterPhase::Skipped => ("Skipped", Tone::Wait),
         ClusterPhase::Failed => ("Failed", Tone::Bad),
     };
     let message = cluster
@@ -303,6 +338,7 @@ fn stage_view(stage: &StageProgress) -> StageView {
                 started: c.started.map(|t| t.as_second()),
                 ended: c.ended.map(|t| t.as_second()),
                 drift: None,
+                overrides: None,
             })
             .collect(),
         before_tasks: stage.before_tasks.iter().map(task_view).collect(),
@@ -348,14 +384,17 @@ pub fn runs(mut runs: Vec<UpdateRun>) -> RunsView {
 pub fn run(run: &UpdateRun, approvals: &[ApprovalRequest], bindings: &[Binding]) -> RunView {
     let progress = RunProgress::new(run, approvals);
     let mut stages: Vec<StageView> = progress.stages.iter().map(stage_view).collect();
+    let placement = &run.spec.placement_name;
     for c in stages.iter_mut().flat_map(|s| s.clusters.iter_mut()) {
-        c.drift = bindings
+        let binding = bindings
             .iter()
-            .filter(|b| b.spec.placement_name == run.spec.placement_name)
-            .find(|b| b.spec.target_cluster == c.name)
+            .filter(|b| &b.spec.placement_name == placement)
+            .find(|b| b.spec.target_cluster == c.name);
+        c.drift = binding
             .and_then(|b| b.status.as_ref())
             .filter(|s| find(&s.conditions, DRIFTED).is_some_and(|d| d.status == TRUE))
             .map(|s| drift_state(&s.conditions));
+        c.overrides = Some(overrides_view(placement, &c.name, binding));
     }
     if let Some(d) = progress
         .deletion
@@ -367,6 +406,8 @@ pub fn run(run: &UpdateRun, approvals: &[ApprovalRequest], bindings: &[Binding])
     RunView {
         row: row(&progress),
         stopped: progress.stop_requested,
+        planned: progress.phase == RunPhase::Planned,
+        notice: progress.not_in_run_notice(),
         finished: progress.phase.finished(),
         started: progress.started.map(|t| t.as_second()),
         ended: progress.ended.map(|t| t.as_second()),
@@ -433,7 +474,7 @@ mod tests {
             "r1",
             UpdateRunSpec {
                 placement_name: "web".into(),
-                resource_snapshot_index: "1".into(),
+                resource_snapshot_index: Some("1".into()),
                 staged_rollout_strategy_name: "three".into(),
                 ..Default::default()
             },
@@ -534,6 +575,77 @@ mod tests {
         let refused = cond(DRIFTED, TRUE, "TakeoverRefused", "m");
         assert_eq!(drift_state(&[refused]).label, "Takeover refused");
         assert_eq!(drift_state(&[]).label, "Unknown");
+    }
+
+    #[test]
+    fn each_clusters_overrides_are_named_and_link_to_what_it_gets() {
+        use fleethub_crds::binding::reason as binding_reason;
+        let with = |cluster: &str, c: Condition| {
+            let mut b = binding(
+                cluster,
+                cond(DRIFTED, FALSE, drift::reason::IN_SYNC, "fine"),
+            );
+            b.status.as_mut().unwrap().conditions.push(c);
+            b
+        };
+        let bindings = [
+            with(
+                "member-2",
+                cond(
+                    OVERRIDDEN,
+                    TRUE,
+                    binding_reason::NO_OVERRIDE_SPECIFIED,
+                    "no override changes what cluster member-2 gets",
+                ),
+            ),
+            with(
+                "member-3",
+                cond(
+                    OVERRIDDEN,
+                    TRUE,
+                    binding_reason::OVERRIDDEN_SUCCEEDED,
+                    "applied override snapshots: region-0, image-3",
+                ),
+            ),
+        ];
+        let view = super::run(&waiting_run(), &[], &bindings);
+        let clusters = &view.stages[0].clusters;
+        let none = clusters[0].overrides.clone().unwrap();
+        assert_eq!(
+            (none.state.label.as_str(), none.state.tone),
+            ("None", Tone::Idle)
+        );
+        assert!(none.snapshots.is_empty());
+        let applied = clusters[1].overrides.clone().unwrap();
+        assert_eq!(applied.state.label, "Overridden");
+        assert_eq!(applied.snapshots, ["region-0", "image-3"]);
+        assert_eq!(applied.render, "/placements/web/clusters/member-3/render");
+
+        let failed = with(
+            "member-3",
+            cond(
+                OVERRIDDEN,
+                FALSE,
+                binding_reason::OVERRIDDEN_FAILED,
+                "ResourceOverride app/bad rule 0 on Deployment app/web: replace /x: the object has no such path; nothing was written to cluster member-3's Work",
+            ),
+        );
+        let placement = Placement::new("web", Default::default());
+        let page = placements(vec![placement], vec![], vec![failed], &[], vec![]);
+        let row = &page.placements[0].clusters[0].overrides;
+        assert_eq!(
+            (row.state.label.as_str(), row.state.tone),
+            ("Override failed", Tone::Bad)
+        );
+        assert!(
+            row.state
+                .message
+                .starts_with("ResourceOverride app/bad rule 0")
+        );
+        // A cluster without a Binding, or one the hub has not reported on yet.
+        let unknown = overrides_view("web", "member-9", None);
+        assert_eq!(unknown.state.label, "Unknown");
+        assert_eq!(unknown.render, "/placements/web/clusters/member-9/render");
     }
 
     #[test]

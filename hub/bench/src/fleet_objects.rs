@@ -29,6 +29,8 @@ pub const STAGES: [&str; 3] = ["s1", "s2", "s3"];
 pub const APP_NAMESPACE: &str = "bench-app";
 /// Namespace of the gated placement, whose content changes for every approval run.
 pub const GATED_NAMESPACE: &str = "bench-app-gated";
+/// Namespace of the overrides scenario's content and its ResourceOverrides.
+pub const OVERRIDE_NAMESPACE: &str = "bench-app-overrides";
 
 /// Bench member number `i` (1-based).
 pub fn member_name(i: usize) -> String {
@@ -262,7 +264,7 @@ pub async fn clean_up(client: &Client, timeout: Duration) -> anyhow::Result<Dura
     delete_labelled::<StagedUpdateStrategy>(client).await?;
     delete_labelled::<MemberCluster>(client).await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    for ns in [APP_NAMESPACE, GATED_NAMESPACE] {
+    for ns in [APP_NAMESPACE, GATED_NAMESPACE, OVERRIDE_NAMESPACE] {
         match namespaces.delete(ns, &DeleteParams::background()).await {
             Ok(_) | Err(kube::Error::Api(_)) => {}
             Err(e) => return Err(e.into()),
@@ -272,6 +274,7 @@ pub async fn clean_up(client: &Client, timeout: Duration) -> anyhow::Result<Dura
         let name = n.name_any();
         name == APP_NAMESPACE
             || name == GATED_NAMESPACE
+            || name == OVERRIDE_NAMESPACE
             || names::cluster_of_namespace(&name).is_some_and(|c| c.starts_with(MEMBER_PREFIX))
     };
     let (store, writer) = reflector::store::<Namespace>();

@@ -12,6 +12,7 @@ mod dashboard;
 mod fleet_objects;
 mod member_path;
 mod metric_gates;
+mod overrides;
 mod process;
 mod report;
 mod scenarios;
@@ -68,6 +69,17 @@ struct Args {
     /// change in a 500-object Work, and 200 Works changed at once on one member.
     #[arg(long, default_value_t = 0)]
     member_path: usize,
+    /// Members of one placement rolled out twice (0: skip): a run without overrides, then a
+    /// run with 10 ResourceOverrides of 5 rules each (time, hub CPU and peak RSS of each).
+    #[arg(long, default_value_t = 0)]
+    override_members: usize,
+    /// Only measure, in this process and without a fleet, the work generator's override step
+    /// for this many clusters (10 overrides × 5 rules, and none), then exit.
+    #[arg(long, default_value_t = 0)]
+    override_cost: usize,
+    /// Passes of `--override-cost` (the median is reported).
+    #[arg(long, default_value_t = 20)]
+    override_cost_passes: usize,
     /// Members of the run during which the hub is killed and restarted (0: skip).
     #[arg(long, default_value_t = 100)]
     restart_members: usize,
@@ -242,6 +254,10 @@ impl Bench {
             let outcome = self.approvals(self.args.approvals).await;
             self.settle("gated runs", outcome, &mut failed).await?;
         }
+        if self.args.override_members > 0 {
+            let outcome = self.override_runs(self.args.override_members).await;
+            self.settle("overrides", outcome, &mut failed).await?;
+        }
         if self.args.restart_members > 0 {
             let outcome = self.restart(self.args.restart_members).await;
             self.settle("hub restart", outcome, &mut failed).await?;
@@ -403,6 +419,15 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse().with_profile();
+    if args.override_cost > 0 {
+        return match overrides::application_cost(args.override_cost, args.override_cost_passes) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("fleethub-bench: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match bench(args).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {

@@ -5,11 +5,14 @@
 mod agent_manifests;
 mod autoupdate;
 mod cluster;
+mod complete;
 mod drift;
 mod error;
 mod join;
+mod manifests;
 mod render;
 mod runs;
+mod start;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,12 +25,16 @@ use crate::error::Error;
 use crate::error::Result;
 
 const EXAMPLES: &str = "Examples:
+  kubectl fleet start web --strategy three-stages --plan; kubectl fleet resume web-latest-x7k2q
+  kubectl fleet start web --strategy three-stages --index 3
+  kubectl fleet rollback web
   kubectl fleet runs
   kubectl fleet run sample-rollout --watch
   kubectl fleet approvals
   kubectl fleet approve sample-rollout-canary -m 'canary metrics look good'
   kubectl fleet stop sample-rollout; kubectl fleet resume sample-rollout
   kubectl fleet drift; kubectl fleet drift web --corrections
+  kubectl fleet render web --cluster prod-eu-1; kubectl fleet render web --cluster prod-eu-1 --snapshot 3 --diff
   kubectl fleet autoupdates; kubectl fleet autoupdate web
   kubectl fleet autoupdate check web; kubectl fleet autoupdate reset web
   kubectl fleet join prod-eu-1 --member-kubeconfig prod-eu-1.kubeconfig -l environment=production \\
@@ -60,6 +67,42 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Start an UpdateRun of a placement (its strategy type External) with a strategy; with
+    /// --plan, only plan it (spec.state Initialize) and print the stages and clusters in order:
+    /// nothing starts until `kubectl fleet resume RUN`.
+    Start {
+        /// The Placement.
+        placement: String,
+        /// The StagedUpdateStrategy.
+        #[arg(long, short = 's', value_name = "NAME")]
+        strategy: String,
+        /// The resource snapshot index to roll out (default: the placement's latest, recorded
+        /// by the hub in the run's status.resourceSnapshotIndexUsed).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(0..))]
+        index: Option<i64>,
+        /// The run's name (default: <placement>-<index>-<random>).
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+        /// Plan only: create the run with spec.state Initialize and print its plan.
+        #[arg(long)]
+        plan: bool,
+    },
+    /// Roll a placement back: start a run to the resource snapshot before the one its newest
+    /// run rolled out (as the dashboard's Roll back button does), with that run's strategy.
+    /// Says what it will do and asks first, unless --yes.
+    Rollback {
+        /// A Placement, or an UpdateRun (its placement is rolled back).
+        target: String,
+        /// The strategy (default: the newest run's).
+        #[arg(long, short = 's', value_name = "NAME")]
+        strategy: Option<String>,
+        /// The run's name (default: generated).
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+        /// Do not ask for confirmation.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
     /// List UpdateRuns: placement, snapshot, state, current stage, progress, age.
     Runs,
     /// Show one UpdateRun: its stages in order, each stage's clusters with their state and
@@ -76,7 +119,7 @@ enum Command {
         /// The UpdateRun.
         run: String,
     },
-    /// Resume a stopped UpdateRun (spec.state=Run).
+    /// Resume a stopped UpdateRun, or start a planned one (spec.state=Run).
     Resume {
         /// The UpdateRun.
         run: String,
@@ -107,6 +150,24 @@ enum Command {
         #[arg(long)]
         corrections: bool,
     },
+    /// Print exactly the manifests a placement sends to one cluster, as YAML: its resource
+    /// snapshot with the overrides that count for the cluster applied the way the hub applies
+    /// them. The snapshot is --snapshot, else the one the cluster's Binding points at, else the
+    /// placement's newest; the overrides are the snapshots a run bound the cluster to, else the
+    /// newest of every override. Comment lines at the top say which were used.
+    Render {
+        /// The Placement.
+        placement: String,
+        /// The MemberCluster.
+        #[arg(long, value_name = "NAME")]
+        cluster: String,
+        /// Render this resource snapshot index instead.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(0..))]
+        snapshot: Option<i64>,
+        /// Show a unified diff against the hub's template instead of the manifests.
+        #[arg(long)]
+        diff: bool,
+    },
     /// List AutoUpdatePolicies: target, current and available version, what is in flight,
     /// the circuit, the next check.
     Autoupdates,
@@ -127,6 +188,14 @@ enum Command {
     /// workloads from the member, wait for the member's hub namespace to go, then remove the
     /// agent from the member.
     Unjoin(UnjoinArgs),
+    /// Shell completion, as kubectl asks for it (`kubectl_complete-fleet` runs this): the words
+    /// after `kubectl fleet`, the last one being completed.
+    #[command(name = "__complete", hide = true)]
+    Complete {
+        /// The words typed so far.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        words: Vec<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -221,6 +290,40 @@ async fn execute(cli: Cli) -> Result<()> {
         async move { cluster::connect(path.as_deref(), context.as_deref()).await }
     };
     match cli.command {
+        Command::Complete { ref words } => {
+            complete::complete(words).await;
+            Ok(())
+        }
+        Command::Start {
+            ref placement,
+            ref strategy,
+            index,
+            ref name,
+            plan,
+        } => {
+            let opts = start::StartOptions {
+                placement: placement.clone(),
+                strategy: strategy.clone(),
+                index,
+                name: name.clone(),
+                plan,
+            };
+            start::start(&hub(None).await?, &opts).await
+        }
+        Command::Rollback {
+            ref target,
+            ref strategy,
+            ref name,
+            yes,
+        } => {
+            let opts = start::RollbackOptions {
+                target: target.clone(),
+                strategy: strategy.clone(),
+                name: name.clone(),
+                yes,
+            };
+            start::rollback(&hub(None).await?, &opts).await
+        }
         Command::Runs => runs::runs(&hub(None).await?).await,
         Command::Run { ref name, watch } => runs::run(&hub(None).await?, name, watch).await,
         Command::Stop { ref run } => runs::set_state(&hub(None).await?, run, true).await,
@@ -234,6 +337,12 @@ async fn execute(cli: Cli) -> Result<()> {
             ref placement,
             corrections,
         } => drift::drift(&hub(None).await?, placement.as_deref(), corrections).await,
+        Command::Render {
+            ref placement,
+            ref cluster,
+            snapshot,
+            diff,
+        } => manifests::render(&hub(None).await?, placement, cluster, snapshot, diff).await,
         Command::Autoupdates => autoupdate::list(&hub(None).await?).await,
         Command::Autoupdate {
             ref action,
@@ -380,6 +489,39 @@ mod tests {
             Command::Autoupdate { action: Some(AutoupdateAction::Reset { ref name }), .. } if name == "web"
         ));
         assert!(Cli::try_parse_from(["kubectl-fleet", "autoupdate", "check"]).is_err());
+    }
+
+    #[test]
+    fn render_needs_a_cluster_and_takes_a_snapshot_and_diff() {
+        let c = Cli::try_parse_from([
+            "kubectl-fleet",
+            "render",
+            "web",
+            "--cluster",
+            "m1",
+            "--snapshot",
+            "3",
+            "--diff",
+        ])
+        .unwrap();
+        assert!(matches!(
+            c.command,
+            Command::Render { ref placement, ref cluster, snapshot: Some(3), diff: true }
+                if placement == "web" && cluster == "m1"
+        ));
+        let missing = Cli::try_parse_from(["kubectl-fleet", "render", "web"]).unwrap_err();
+        assert_eq!(missing.exit_code(), 2);
+        assert!(missing.to_string().contains("--cluster"), "{missing}");
+        let negative = Cli::try_parse_from([
+            "kubectl-fleet",
+            "render",
+            "web",
+            "--cluster",
+            "m1",
+            "--snapshot",
+            "-1",
+        ]);
+        assert!(negative.is_err());
     }
 
     #[test]

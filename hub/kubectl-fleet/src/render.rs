@@ -45,7 +45,11 @@ fn run_colour(phase: RunPhase) -> &'static str {
     match phase {
         RunPhase::Succeeded => GREEN,
         RunPhase::Failed | RunPhase::Blocked => RED,
-        RunPhase::Waiting | RunPhase::Stopped | RunPhase::Stopping | RunPhase::Queued => YELLOW,
+        RunPhase::Waiting
+        | RunPhase::Stopped
+        | RunPhase::Stopping
+        | RunPhase::Queued
+        | RunPhase::Planned => YELLOW,
         RunPhase::Pending | RunPhase::Initializing | RunPhase::Progressing => CYAN,
     }
 }
@@ -228,6 +232,7 @@ fn cluster_line(c: &ClusterProgress, deletion: bool, style: Style) -> String {
             c.progress.clone(),
         ),
         ClusterPhase::Pending => ("Pending", "", None),
+        ClusterPhase::Skipped => ("Skipped", YELLOW, Some(c.message.clone())),
     };
     let mut line = format!(
         "    {:<24} {}",
@@ -389,6 +394,16 @@ pub fn run_detail(
             "  spec.state is Stop: resume with: kubectl fleet resume {}",
             p.name
         );
+    }
+    if p.phase == RunPhase::Planned {
+        let _ = writeln!(
+            out,
+            "  spec.state is Initialize (the plan below starts nothing): start it with: kubectl fleet resume {}",
+            p.name
+        );
+    }
+    if let Some(notice) = p.not_in_run_notice() {
+        let _ = writeln!(out, "  {}", style.paint(YELLOW, &notice));
     }
     match (p.started, p.ended) {
         (Some(s), Some(e)) => {

@@ -56,7 +56,7 @@ fn waiting_run() -> UpdateRun {
         },
         spec: UpdateRunSpec {
             placement_name: "web".into(),
-            resource_snapshot_index: "2".into(),
+            resource_snapshot_index: Some("2".into()),
             staged_rollout_strategy_name: "three".into(),
             ..Default::default()
         },
@@ -319,6 +319,58 @@ fn approvals_table_lists_pending_first_with_the_command() {
     );
     assert!(
         lines[2].starts_with("r0-canary") && lines[2].ends_with("approved by bob"),
+        "{text}"
+    );
+}
+
+#[test]
+fn skipped_clusters_joined_clusters_and_a_plan_are_worded() {
+    let mut run = waiting_run();
+    let status = run.status.as_mut().unwrap();
+    status.stages_status[2].clusters.push(
+        serde_json::from_value(json!({"clusterName": "member-4", "conditions": [
+            cond("Skipped", "True", reason::CLUSTER_UNSELECTED,
+                 "cluster member-4 left Placement web before its turn; this run skips it", "2026-11-22T08:01:00Z")]}))
+        .unwrap(),
+    );
+    status.clusters_not_in_run = Some(fleethub_crds::update_run::ClustersNotInRun {
+        count: 1,
+        names: vec!["member-5".into()],
+    });
+    let text = run_detail(&run, &[], t(NOW), plain());
+    assert!(
+        text.contains("member-4                 Skipped")
+            && text.contains("why: cluster member-4 left Placement web before its turn"),
+        "{text}"
+    );
+    assert!(
+        text.contains("1 cluster joined Placement web after this run started (member-5): start a new run to include them"),
+        "{text}"
+    );
+    // Planned: says how to start it.
+    run.spec.state = Some(UpdateRunState::Initialize);
+    run.status.as_mut().unwrap().conditions = vec![
+        serde_json::from_value(cond(
+            "Initialized",
+            "True",
+            reason::INITIALIZED,
+            "",
+            "2026-11-22T08:00:00Z",
+        ))
+        .unwrap(),
+        serde_json::from_value(cond(
+            "Progressing",
+            "False",
+            reason::NOT_STARTED,
+            "planned",
+            "2026-11-22T08:00:00Z",
+        ))
+        .unwrap(),
+    ];
+    let text = run_detail(&run, &[], t(NOW), plain());
+    assert!(text.contains("UpdateRun r1   Planned"), "{text}");
+    assert!(
+        text.contains("start it with: kubectl fleet resume r1"),
         "{text}"
     );
 }

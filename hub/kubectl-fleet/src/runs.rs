@@ -21,7 +21,7 @@ use crate::render::{self, RunState, Style};
 /// The field manager of every write the plugin makes.
 pub use fleethub_crds::field_manager::KUBECTL_FLEET as FIELD_MANAGER;
 
-fn style() -> Style {
+pub(crate) fn style() -> Style {
     Style {
         color: std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
     }
@@ -258,26 +258,71 @@ pub async fn approve(hub: &Cluster, name: &str, message: &str) -> Result<()> {
             st.stage_name == request.spec.target_stage && is_true(&st.conditions, SUCCEEDED)
         })
     });
-    if state.finished() || stage_done {
+    if state.finished() {
         return Err(Error::Refused(format!(
-            "UpdateRun {run_name} no longer waits for approvalrequest {name} (run {}, stage {} {})",
-            state.label(),
-            request.spec.target_stage,
-            if stage_done {
-                "finished"
-            } else {
-                "not finished"
-            }
+            "UpdateRun {run_name} is over ({}), so nothing waits for approvalrequest {name} any more",
+            state.label()
         )));
     }
+    if stage_done {
+        return Err(Error::Refused(format!(
+            "stage {} of UpdateRun {run_name} has already finished: approvalrequest {name} opens nothing any more",
+            request.spec.target_stage
+        )));
+    }
+    let gate = gate_of(&run, name, &request.spec.target_stage).ok_or_else(|| {
+        Error::Refused(format!(
+            "UpdateRun {run_name} has no approval gate named {name} in its plan; nothing waits for it"
+        ))
+    })?;
     let approver = whoami(hub).await;
     let patch = approve_patch(&approver, message, jiff::Timestamp::now());
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(Error::api(format!("approving ApprovalRequest {name}")))?;
-    println!(
-        "approvalrequest {name} approved by {approver}: stage {} of UpdateRun {run_name} may proceed",
-        request.spec.target_stage
-    );
+    println!("approved by {approver}: {gate} (approvalrequest {name})");
     Ok(())
+}
+
+/// The gate approval request `name` opens, in words: "the gate after stage canary of UpdateRun
+/// r: stage production starts next", or None when the run's plan has no such gate.
+fn gate_of(run: &UpdateRun, name: &str, stage: &str) -> Option<String> {
+    use fleethub_crds::strategy::StageTaskType;
+    let status = run.status.as_ref()?;
+    let run_name = kube::ResourceExt::name_any(run);
+    let position = status
+        .stages_status
+        .iter()
+        .position(|s| s.stage_name == stage)?;
+    let this = &status.stages_status[position];
+    let names_it = |tasks: &[fleethub_crds::update_run::StageTaskStatus]| {
+        tasks.iter().any(|t| {
+            t.type_ == StageTaskType::Approval && t.approval_request_name.as_deref() == Some(name)
+        })
+    };
+    if names_it(&this.before_stage_task_status) {
+        return Some(format!(
+            "the gate before stage {stage} of UpdateRun {run_name}: its clusters may start"
+        ));
+    }
+    if !names_it(&this.after_stage_task_status) {
+        return None;
+    }
+    let next = match status.stages_status.get(position + 1) {
+        Some(n) => format!("stage {} starts next", n.stage_name),
+        None => "the run finishes next".to_string(),
+    };
+    let others = this
+        .after_stage_task_status
+        .iter()
+        .filter(|t| t.type_ != StageTaskType::Approval)
+        .count();
+    let also = if others > 0 {
+        " once its other gates pass"
+    } else {
+        ""
+    };
+    Some(format!(
+        "the gate after stage {stage} of UpdateRun {run_name}: {next}{also}"
+    ))
 }

@@ -133,7 +133,9 @@ async fn follow_stop_approve_and_resume_a_run() {
     // approve: the same Approved condition the dashboard writes, by the caller's identity.
     let out = plugin_ok(fleet, &["approve", &gate, "--message", "canary looks good"]);
     assert!(
-        out.contains(&format!("approvalrequest {gate} approved by fleet-admin")),
+        out.contains(&format!(
+            "approved by fleet-admin: the gate after stage canary of UpdateRun {run}: stage production starts next (approvalrequest {gate})"
+        )),
         "{out}"
     );
     let request = approvals.get(&gate).await.unwrap();

@@ -384,7 +384,10 @@ async fn read_placement(
         .map(|r| r.name_any())
         .collect();
     let settled = behind.is_empty() && active.is_empty();
-    let all_available = !status.placement_statuses.is_empty()
+    // The placement's own roll-up: every selected cluster runs the latest snapshot and is
+    // available (its per-cluster list is capped on large fleets).
+    let all_available = status.selected_cluster_count.unwrap_or_default() > 0
+        && is_true(&status.conditions, AVAILABLE)
         && status
             .placement_statuses
             .iter()
@@ -614,7 +617,7 @@ async fn ensure_run(
         },
         spec: UpdateRunSpec {
             placement_name: policy.spec.placement_name.clone(),
-            resource_snapshot_index: snapshot_index.to_string(),
+            resource_snapshot_index: Some(snapshot_index.to_string()),
             staged_rollout_strategy_name: strategy.to_string(),
             state: None,
             health_timeout: policy.spec.health_timeout.clone(),

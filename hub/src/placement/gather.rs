@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fleethub_crds::overrides::{ResourceOverride, ResourceOverrideSnapshot};
 use fleethub_crds::{GROUP, Placement, Work};
 use k8s_openapi::Resource as _;
 use k8s_openapi::api::core::v1::Namespace;
@@ -39,7 +40,8 @@ impl DiscoveryCache {
 }
 
 /// Namespaced kinds never copied out of a selected namespace: made by controllers, or fleethub's
-/// own.
+/// own instructions to the hub (Works, and the ResourceOverrides and their snapshots that say
+/// how the namespace's objects change per cluster: members have no use for them, nor their CRDs).
 fn skipped(group: &str, kind: &str) -> bool {
     const SKIPPED: &[(&str, &str)] = &[
         ("", "Pod"),
@@ -53,7 +55,14 @@ fn skipped(group: &str, kind: &str) -> bool {
         ("coordination.k8s.io", "Lease"),
         ("authorization.k8s.io", "LocalSubjectAccessReview"),
     ];
-    SKIPPED.contains(&(group, kind)) || (group == GROUP && kind == Work::kind(&()))
+    SKIPPED.contains(&(group, kind))
+        || (group == GROUP
+            && [
+                Work::kind(&()),
+                ResourceOverride::kind(&()),
+                ResourceOverrideSnapshot::kind(&()),
+            ]
+            .contains(&kind.into()))
 }
 
 /// The selected objects, cleaned and sorted; or why the selectors are unusable.
@@ -144,4 +153,20 @@ async fn namespace_content(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hubs_own_instructions_stay_on_the_hub() {
+        for kind in ["Work", "ResourceOverride", "ResourceOverrideSnapshot"] {
+            assert!(skipped(GROUP, kind), "{kind}");
+        }
+        // A PhasedRollout is placed with its StatefulSet; ConfigMaps and ReplicaSets as usual.
+        assert!(!skipped(GROUP, "PhasedRollout"));
+        assert!(!skipped("", "ConfigMap"));
+        assert!(skipped("apps", "ReplicaSet"));
+    }
 }

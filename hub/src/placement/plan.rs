@@ -346,6 +346,6 @@ pub fn indices_in_use(runs: &[UpdateRun], placement: &str) -> BTreeSet<i64> {
                 .as_ref()
                 .is_none_or(|s| find(&s.conditions, SUCCEEDED).is_none())
         })
-        .filter_map(|r| r.spec.resource_snapshot_index.parse().ok())
+        .filter_map(|r| r.snapshot_index()?.ok())
         .collect()
 }

@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use fleethub_crds::apply::StatusApply;
 use fleethub_crds::approval::{self, ApprovalRequestSpec, ApprovalRequestStatus};
-use fleethub_crds::binding::{BindingSpec, BindingState, NamespacedName, OverrideSnapshots};
+use fleethub_crds::binding::{BindingSpec, BindingState, OverrideSnapshots};
 use fleethub_crds::conditions::{TRUE, find, is_true};
 use fleethub_crds::field_manager::UPDATE_RUN as FIELD_MANAGER;
 use fleethub_crds::member_cluster::HEALTHY;
+use fleethub_crds::override_apply;
 use fleethub_crds::overrides::{ClusterResourceOverrideSnapshot, ResourceOverrideSnapshot};
 use fleethub_crds::run_progress::RunPhase;
 use fleethub_crds::update_run::{SUCCEEDED, reason};
@@ -29,6 +30,12 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
+
+mod act;
+mod observe;
+
+use act::act;
+use observe::{look_up, observe, query};
 
 use super::plan::{
     self, Action, ApprovalView, BindingView, MetricKey, MetricQuery, Observed, Plan, QueryOutcome,
@@ -61,6 +68,7 @@ pub struct Context {
     bindings: Store<Binding>,
     approvals: Store<ApprovalRequest>,
     members: Store<MemberCluster>,
+    placements: Store<Placement>,
     /// Asks the metric gates' queries.
     prometheus: Prometheus,
     /// The hub's namespace's Secrets: the metric gates' credentials (`metricCheck.secretRef`),
@@ -125,7 +133,8 @@ impl Context {
                 self.members.wait_until_ready(),
                 self.bindings.wait_until_ready(),
                 self.works.wait_until_ready(),
-                self.approvals.wait_until_ready()
+                self.approvals.wait_until_ready(),
+                self.placements.wait_until_ready()
             )
         };
         fleethub_runtime::ready_within(CACHE_WAIT, caches).await
@@ -152,9 +161,13 @@ pub async fn run(
     let (approvals, approvals_writer) = reflector::store::<ApprovalRequest>();
     metrics.count_approvals_in(approvals.clone());
     let (members, members_writer) = reflector::store::<MemberCluster>();
+    let (placements, placements_writer) = reflector::store::<Placement>();
 
-    let work_stream =
-        fleethub_runtime::reflected_stream(Api::<Work>::all(client.clone()), works_writer);
+    let work_stream = fleethub_runtime::slim_reflected_stream(
+        Api::<Work>::all(client.clone()),
+        works_writer,
+        plan::slim_work,
+    );
     let binding_stream =
         fleethub_runtime::reflected_stream(Api::<Binding>::all(client.clone()), bindings_writer);
     let approval_stream = fleethub_runtime::reflected_stream(
@@ -164,6 +177,10 @@ pub async fn run(
     let member_stream = fleethub_runtime::reflected_stream(
         Api::<MemberCluster>::all(client.clone()),
         members_writer,
+    );
+    let placement_stream = fleethub_runtime::reflected_stream(
+        Api::<Placement>::all(client.clone()),
+        placements_writer,
     );
 
     // A run's change concerns the other runs of its placement: a newer run supersedes them,
@@ -186,6 +203,25 @@ pub async fn run(
     let for_work = by_placement(runs.clone());
     let for_binding = by_placement(runs.clone());
     let for_run = by_placement(runs.clone());
+    let for_placement = by_placement(runs.clone());
+    let placements_seen = placements.clone();
+    // A member's health matters to the runs waiting for it to become healthy (their turn came
+    // while it was not); every other run reads members only when it plans.
+    let waiting_for_member = {
+        let runs = runs.clone();
+        move |_: MemberCluster| -> Vec<ObjectRef<UpdateRun>> {
+            runs.state()
+                .iter()
+                .filter(|r| {
+                    r.status
+                        .as_ref()
+                        .and_then(|s| find(&s.conditions, fleethub_crds::update_run::PROGRESSING))
+                        .is_some_and(|c| c.reason == reason::WAITING_FOR_MEMBER)
+                })
+                .map(|r| ObjectRef::from_obj(r.as_ref()))
+                .collect()
+        }
+    };
     let (events, mut to_publish) =
         tokio::sync::mpsc::channel::<(Event, ObjectReference)>(EVENT_BACKLOG);
     let recorder = Recorder::new(client.clone(), Reporter::from("fleethub-hub"));
@@ -207,6 +243,7 @@ pub async fn run(
         bindings,
         approvals,
         members,
+        placements,
         prometheus,
         secrets,
         errors: FailureBackoff::new(ERROR_BACKOFF),
@@ -214,9 +251,21 @@ pub async fn run(
     });
     let after_each = ctx.clone();
 
-    // MemberClusters are only read (at initialization); keep their store current.
-    let members_task = tokio::spawn(member_stream.for_each(|_| async {}));
     controller
+        .watches_stream(member_stream, waiting_for_member)
+        .watches_stream(placement_stream, move |p: Placement| {
+            // Only a deletion concerns a run after it initialized (its status changes often,
+            // and runs read placements only when they start). The store already holds the
+            // change: a deleted placement is gone from it.
+            let name = p.name_any();
+            let deleted = p.metadata.deletion_timestamp.is_some()
+                || placements_seen.get(&ObjectRef::new(&name)).is_none();
+            if deleted {
+                for_placement(&name)
+            } else {
+                Vec::new()
+            }
+        })
         .watches_stream(work_stream, move |w: Work| for_work(&w.spec.placement_name))
         .watches_stream(binding_stream, move |b: Binding| {
             for_binding(&b.spec.placement_name)
@@ -247,14 +296,15 @@ pub async fn run(
             std::future::ready(())
         })
         .await;
-    members_task.abort();
     publisher.abort();
 }
 
 /// Where a run is, for the runs-by-state gauge.
 fn state_of(run: &UpdateRun) -> RunState {
     match RunPhase::of(run) {
-        RunPhase::Pending | RunPhase::Queued | RunPhase::Initializing => RunState::Pending,
+        RunPhase::Pending | RunPhase::Queued | RunPhase::Initializing | RunPhase::Planned => {
+            RunState::Pending
+        }
         RunPhase::Progressing | RunPhase::Stopping => RunState::Progressing,
         RunPhase::Waiting => RunState::Waiting,
         RunPhase::Stopped => RunState::Stopped,
@@ -319,299 +369,6 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
     }
     act(&ctx, &run, &plan.actions).await?;
     report(&ctx, &run, &plan).await
-}
-
-/// What a run reads from the API server only until it is initialized (afterwards its status
-/// holds the frozen copy).
-struct Lookups {
-    strategy: Option<StagedUpdateStrategy>,
-    placement: Option<Placement>,
-    snapshot_exists: bool,
-    override_snapshots: OverrideSnapshots,
-}
-
-async fn look_up(ctx: &Context, run: &UpdateRun) -> Result<Lookups, Error> {
-    let initialized = run
-        .status
-        .as_ref()
-        .is_some_and(|s| is_true(&s.conditions, fleethub_crds::update_run::INITIALIZED));
-    if initialized {
-        return Ok(Lookups {
-            strategy: None,
-            placement: None,
-            snapshot_exists: true,
-            override_snapshots: OverrideSnapshots::default(),
-        });
-    }
-    let placement_name = &run.spec.placement_name;
-    let strategies: Api<StagedUpdateStrategy> = Api::all(ctx.client.clone());
-    let placements: Api<Placement> = Api::all(ctx.client.clone());
-    let snapshots: Api<ResourceSnapshot> = Api::all(ctx.client.clone());
-    let snapshot_exists = match run.spec.snapshot_index() {
-        Ok(index) => {
-            let snapshot = names::resource_snapshot_name(placement_name, index.max(0) as u64);
-            snapshots
-                .get_opt(&snapshot)
-                .await?
-                .is_some_and(|s| &s.spec.placement_name == placement_name)
-        }
-        Err(_) => false, // the planner refuses the index itself
-    };
-    Ok(Lookups {
-        strategy: strategies
-            .get_opt(&run.spec.staged_rollout_strategy_name)
-            .await?,
-        placement: placements.get_opt(placement_name).await?,
-        snapshot_exists,
-        override_snapshots: newest_override_snapshots(ctx, placement_name).await?,
-    })
-}
-
-/// The newest snapshot of every override that may apply to `placement` (limited to it, or to
-/// no placement), as a run fixes them when it starts.
-async fn newest_override_snapshots(
-    ctx: &Context,
-    placement: &str,
-) -> Result<OverrideSnapshots, Error> {
-    let allows = |p: &Option<fleethub_crds::overrides::PlacementRef>| {
-        p.as_ref().is_none_or(|p| p.name == placement)
-    };
-    let mut cluster: BTreeMap<String, (i64, String)> = BTreeMap::new();
-    for s in Api::<ClusterResourceOverrideSnapshot>::all(ctx.client.clone())
-        .list(&Default::default())
-        .await?
-    {
-        if allows(&s.spec.override_spec.placement)
-            && cluster
-                .get(&s.spec.override_name)
-                .is_none_or(|(i, _)| *i < s.spec.index)
-        {
-            cluster.insert(s.spec.override_name.clone(), (s.spec.index, s.name_any()));
-        }
-    }
-    let mut namespaced: BTreeMap<(String, String), (i64, String)> = BTreeMap::new();
-    for s in Api::<ResourceOverrideSnapshot>::all(ctx.client.clone())
-        .list(&Default::default())
-        .await?
-    {
-        let key = (
-            s.namespace().unwrap_or_default(),
-            s.spec.override_name.clone(),
-        );
-        if allows(&s.spec.override_spec.placement)
-            && namespaced.get(&key).is_none_or(|(i, _)| *i < s.spec.index)
-        {
-            namespaced.insert(key, (s.spec.index, s.name_any()));
-        }
-    }
-    Ok(OverrideSnapshots {
-        cluster_resource_override_snapshots: cluster.into_values().map(|(_, n)| n).collect(),
-        resource_override_snapshots: namespaced
-            .into_iter()
-            .map(|((namespace, _), (_, name))| NamespacedName { name, namespace })
-            .collect(),
-    })
-}
-
-/// Everything the planner looks at, from the lookups and the caches.
-fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookups) -> Observed<'a> {
-    let placement = &run.spec.placement_name;
-    let name = run.name_any();
-    let members = ctx.members.state();
-    Observed {
-        run,
-        override_snapshots: lookups.override_snapshots.clone(),
-        strategy: lookups.strategy.as_ref().map(|s| &s.spec),
-        placement: lookups.placement.as_ref(),
-        snapshot_exists: lookups.snapshot_exists,
-        cluster_labels: members
-            .iter()
-            .map(|m| (m.name_any(), m.labels().clone()))
-            .collect(),
-        unhealthy_members: members
-            .iter()
-            .filter_map(|m| {
-                let healthy = find(&m.status.as_ref()?.conditions, HEALTHY)?;
-                (healthy.status != TRUE).then(|| (m.name_any(), healthy.message.clone()))
-            })
-            .collect(),
-        bindings: ctx
-            .bindings
-            .state()
-            .iter()
-            .filter(|b| {
-                &b.spec.placement_name == placement && b.metadata.deletion_timestamp.is_none()
-            })
-            .map(|b| BindingView::from_binding(b))
-            .collect(),
-        works: ctx
-            .works
-            .state()
-            .iter()
-            .filter(|w| &w.spec.placement_name == placement)
-            .filter_map(|w| {
-                let cluster = names::cluster_of_namespace(w.metadata.namespace.as_deref()?)?;
-                Some((cluster.to_string(), WorkView::from_work(w)))
-            })
-            .collect(),
-        approvals: ctx
-            .approvals
-            .state()
-            .iter()
-            .filter(|a| a.spec.parent_stage_rollout == name)
-            .map(|a| (a.name_any(), ApprovalView::from_request(a)))
-            .collect(),
-        siblings: ctx
-            .runs
-            .state()
-            .iter()
-            .filter(|r| &r.spec.placement_name == placement)
-            .map(|r| SiblingRun::of(r))
-            .collect(),
-        metric_results: BTreeMap::new(),
-        now: ctx.clock.now(),
-    }
-}
-
-/// Makes the metric checks' queries, together.
-async fn query(ctx: &Context, queries: &[MetricQuery]) -> BTreeMap<MetricKey, QueryOutcome> {
-    let asks = queries.iter().map(|q| async move {
-        let outcome = match &q.secret {
-            None => ctx.prometheus.query(&q.url, &q.query).await,
-            Some(name) => match credentials(&ctx.secrets, name).await {
-                Ok(auth) => ctx.prometheus.query_with(&q.url, &q.query, Some(&auth)).await,
-                Err(e) => QueryOutcome::Error(e),
-            },
-        };
-        let result = match &outcome {
-            QueryOutcome::Data(_) => "pass",
-            QueryOutcome::NoData => "no-data",
-            QueryOutcome::Error(e) => {
-                tracing::info!(stage = %q.key.stage, url = %q.url, error = %e, "metric check failed");
-                "error"
-            }
-        };
-        ctx.metrics.count_metric_check(result);
-        (q.key.clone(), outcome)
-    });
-    futures::future::join_all(asks).await.into_iter().collect()
-}
-
-/// A metric check's credentials from Secret `name`; the error names the Secret (never a
-/// value), and fails the check instead of passing it.
-async fn credentials(secrets: &Api<Secret>, name: &str) -> Result<Auth, String> {
-    let ns = secrets.namespace().unwrap_or_default();
-    match secrets.get_opt(name).await {
-        Ok(Some(secret)) => {
-            Auth::from_secret(&secret).map_err(|e| format!("Secret {ns}/{name} {e}"))
-        }
-        Ok(None) => Err(format!(
-            "Secret {ns}/{name} (metricCheck.secretRef) not found"
-        )),
-        Err(e) => Err(format!(
-            "cannot read Secret {ns}/{name} (metricCheck.secretRef): {e}"
-        )),
-    }
-}
-
-/// Performs the plan's writes in order; clusters a plan starts together are bound together.
-async fn act(ctx: &Context, run: &UpdateRun, actions: &[Action]) -> Result<(), Error> {
-    let mut actions = actions.iter().peekable();
-    while let Some(action) = actions.next() {
-        if !matches!(action, Action::Bind { .. }) {
-            perform(ctx, run, action).await?;
-            continue;
-        }
-        let mut binds = vec![action];
-        while let Some(next) = actions.next_if(|a| matches!(a, Action::Bind { .. })) {
-            binds.push(next);
-        }
-        for chunk in binds.chunks(BIND_CONCURRENCY) {
-            let writes = chunk.iter().map(|a| perform(ctx, run, a));
-            futures::future::join_all(writes)
-                .await
-                .into_iter()
-                .collect::<Result<Vec<()>, Error>>()?;
-        }
-    }
-    Ok(())
-}
-
-async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), Error> {
-    let run_name = run.name_any();
-    let placement = &run.spec.placement_name;
-    let apply = PatchParams::apply(FIELD_MANAGER).force();
-    match action {
-        Action::Bind {
-            cluster,
-            index,
-            overrides: frozen,
-        } => {
-            let bindings: Api<Binding> = Api::all(ctx.client.clone());
-            let name = names::binding_name(placement, cluster);
-            let binding = Binding::new(
-                &name,
-                BindingSpec {
-                    placement_name: placement.clone(),
-                    target_cluster: cluster.clone(),
-                    state: BindingState::Bound,
-                    resource_snapshot_index: Some(*index),
-                    update_run_name: Some(run_name),
-                    health_timeout: run.spec.health_timeout.clone(),
-                    cluster_resource_override_snapshots: frozen
-                        .cluster_resource_override_snapshots
-                        .clone(),
-                    resource_override_snapshots: frozen.resource_override_snapshots.clone(),
-                },
-            );
-            bindings
-                .patch(&name, &apply, &Patch::Apply(&binding))
-                .await?;
-        }
-        Action::CreateApproval { name, stage } => {
-            let approvals: Api<ApprovalRequest> = Api::all(ctx.client.clone());
-            let mut request = ApprovalRequest::new(
-                name,
-                ApprovalRequestSpec {
-                    parent_stage_rollout: run_name.clone(),
-                    target_stage: stage.clone(),
-                },
-            );
-            request.metadata.labels = Some(BTreeMap::from([
-                (names::UPDATE_RUN_LABEL.to_string(), run_name.clone()),
-                (names::STAGE_LABEL.to_string(), stage.clone()),
-            ]));
-            // Deleting the run deletes its approval requests.
-            request.metadata.owner_references = run.controller_owner_ref(&()).map(|o| vec![o]);
-            ok_if(
-                approvals.create(&PostParams::default(), &request).await,
-                EXISTS,
-            )?;
-        }
-        Action::AcceptApproval { name } => {
-            let approvals: Api<ApprovalRequest> = Api::all(ctx.client.clone());
-            let status = ApprovalRequestStatus {
-                conditions: vec![Condition {
-                    type_: approval::APPROVAL_ACCEPTED.to_string(),
-                    status: TRUE.to_string(),
-                    reason: approval::ACCEPTED_REASON.to_string(),
-                    message: format!("UpdateRun {run_name} accepted the approval and moves on"),
-                    last_transition_time: Time(ctx.clock.now()),
-                    observed_generation: None,
-                }],
-            };
-            let body = StatusApply::new::<ApprovalRequest>(name, None, &status);
-            approvals
-                .patch_status(name, &apply, &Patch::Apply(&body))
-                .await?;
-        }
-        Action::Unbind { cluster } => {
-            let bindings: Api<Binding> = Api::all(ctx.client.clone());
-            let name = names::binding_name(placement, cluster);
-            ok_if(bindings.delete(&name, &Default::default()).await, GONE)?;
-        }
-    }
-    Ok(())
 }
 
 /// Writes the run's new status (if it changed), publishes the plan's events, observes the

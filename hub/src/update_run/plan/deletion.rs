@@ -1,9 +1,11 @@
 //! A stopped run, and the final stage that removes the workload from clusters no longer
 //! selected.
 
+use fleethub_crds::binding::BindingState;
 use fleethub_crds::conditions::{FALSE, NewCondition, TRUE, find, is_true, set_condition};
 use fleethub_crds::update_run::{
-    CLUSTER_STARTED, DELETION_STAGE, PROGRESSING, SUCCEEDED, StageUpdatingStatus, reason,
+    CLUSTER_SKIPPED, CLUSTER_STARTED, DELETION_STAGE, PROGRESSING, SUCCEEDED, StageUpdatingStatus,
+    reason,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -42,10 +44,41 @@ impl Planner<'_, '_> {
         }
         del.start_time.get_or_insert(Time(now));
         for cluster in &mut del.clusters {
-            if is_true(&cluster.conditions, SUCCEEDED) {
+            if is_true(&cluster.conditions, SUCCEEDED)
+                || is_true(&cluster.conditions, CLUSTER_SKIPPED)
+            {
                 continue;
             }
             let name = cluster.cluster_name.clone();
+            let selected_again = self
+                .o
+                .bindings
+                .iter()
+                .any(|b| b.cluster == name && b.state != BindingState::Unscheduled);
+            if selected_again && find(&cluster.conditions, CLUSTER_STARTED).is_none() {
+                // The placement selects it again: its Binding is no longer this stage's to
+                // delete (a new run updates it).
+                let message = format!(
+                    "cluster {name} is selected by Placement {} again; its workload is kept (a new run updates it)",
+                    self.o.run.spec.placement_name
+                );
+                let c = NewCondition::new(
+                    CLUSTER_SKIPPED,
+                    TRUE,
+                    reason::CLUSTER_SELECTED_AGAIN,
+                    message.clone(),
+                    self.generation,
+                );
+                set_condition(&mut cluster.conditions, c, now);
+                cluster.end_time = Some(Time(now));
+                self.events.push(super::PlanEvent {
+                    warning: false,
+                    reason: reason::CLUSTER_SELECTED_AGAIN,
+                    message,
+                    seconds: None,
+                });
+                continue;
+            }
             if find(&cluster.conditions, CLUSTER_STARTED).is_none() {
                 let c = NewCondition::new(
                     CLUSTER_STARTED,
@@ -95,10 +128,18 @@ impl Planner<'_, '_> {
         self.status.deletion_stage_status = Some(del);
         self.status.current_stage = None;
         self.status.end_time = Some(Time(now));
-        let message = format!(
-            "every cluster runs resource snapshot {} of Placement {}",
-            self.o.run.spec.resource_snapshot_index, self.o.run.spec.placement_name
-        );
+        let message = match super::exceptions(&self.status.stages_status) {
+            None => format!(
+                "every cluster runs resource snapshot {} of Placement {}",
+                self.index(),
+                self.o.run.spec.placement_name
+            ),
+            Some(e) => format!(
+                "the run's clusters run resource snapshot {} of Placement {}, except: {e}",
+                self.index(),
+                self.o.run.spec.placement_name
+            ),
+        };
         self.set_run(PROGRESSING, FALSE, reason::SUCCEEDED, message.clone());
         self.set_run(SUCCEEDED, TRUE, reason::SUCCEEDED, message.clone());
         self.event(false, reason::SUCCEEDED, message);

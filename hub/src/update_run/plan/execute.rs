@@ -3,15 +3,19 @@
 
 use std::time::Duration;
 
+use fleethub_crds::binding::BindingState;
 use fleethub_crds::concurrency::MaxConcurrency;
 use fleethub_crds::conditions::{self, FALSE, NewCondition, TRUE, find, is_true, set_condition};
 use fleethub_crds::duration;
-use fleethub_crds::update_run::{CLUSTER_STARTED, PROGRESSING, SUCCEEDED, UpdateRunState, reason};
+use fleethub_crds::update_run::{
+    CLUSTER_SKIPPED, CLUSTER_STARTED, ClusterUpdatingStatus, PROGRESSING, SUCCEEDED,
+    StageUpdatingStatus, UpdateRunState, reason,
+};
 use fleethub_crds::work;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::gates::Gate;
-use super::{Action, ConditionView, Planner, Side, WorkView};
+use super::{Action, BindingView, ConditionView, Planner, Side, WorkView, skipped_as};
 
 /// Where a started cluster is, judged from its Work.
 enum ClusterProgress {
@@ -23,10 +27,41 @@ enum ClusterProgress {
     Pending(String),
 }
 
+/// Not started and not passed over: waits for its turn.
+fn pending(c: &ClusterUpdatingStatus) -> bool {
+    find(&c.conditions, CLUSTER_STARTED).is_none() && !skipped(c)
+}
+
+/// Started, not judged yet (neither succeeded nor failed) and not passed over.
+fn updating(c: &ClusterUpdatingStatus) -> bool {
+    find(&c.conditions, CLUSTER_STARTED).is_some()
+        && find(&c.conditions, SUCCEEDED).is_none()
+        && !skipped(c)
+}
+
+/// Passed over by the run.
+pub(super) fn skipped(c: &ClusterUpdatingStatus) -> bool {
+    is_true(&c.conditions, CLUSTER_SKIPPED)
+}
+
+/// What counts against a stage's maxFailedClusters: failed clusters and clusters passed over
+/// because their member was not healthy.
+fn spent(stage: &StageUpdatingStatus) -> usize {
+    stage
+        .clusters
+        .iter()
+        .filter(|c| {
+            (conditions::is_false(&c.conditions, SUCCEEDED) && !skipped(c))
+                || skipped_as(c, reason::MEMBER_UNHEALTHY)
+        })
+        .count()
+}
+
 impl Planner<'_, '_> {
     /// Walks the stages in order: the first unfinished one starts or tracks its clusters, or
     /// runs its gates; after the last, the deletion stage.
     pub(super) fn execute(&mut self) {
+        self.status.start_time.get_or_insert(Time(self.o.now));
         let stopped = self.o.run.spec.state == Some(UpdateRunState::Stop);
         let health_timeout = self
             .o
@@ -41,6 +76,7 @@ impl Planner<'_, '_> {
             .staged_update_strategy_snapshot
             .clone()
             .unwrap_or_default();
+        self.skip_unselected();
 
         for i in 0..self.status.stages_status.len() {
             if is_true(&self.status.stages_status[i].conditions, SUCCEEDED) {
@@ -64,43 +100,50 @@ impl Planner<'_, '_> {
                     Gate::Failed(why, message) => return self.gate_failed(why, message),
                 }
             }
-            if !self.track_clusters(i, health_timeout) {
-                return; // a cluster failed
+            let budget = cfg.max_failed_clusters.unwrap_or(0).max(0) as usize;
+            if !self.track_clusters(i, health_timeout, budget) {
+                return; // more clusters failed than the stage allows
             }
             let stage = &self.status.stages_status[i];
-            let waiting_to_start = stage
-                .clusters
-                .iter()
-                .any(|c| find(&c.conditions, CLUSTER_STARTED).is_none());
-            let in_progress = stage
-                .clusters
-                .iter()
-                .filter(|c| {
-                    find(&c.conditions, CLUSTER_STARTED).is_some()
-                        && !is_true(&c.conditions, SUCCEEDED)
-                })
-                .count();
+            let waiting_to_start = stage.clusters.iter().any(pending);
+            let in_progress = stage.clusters.iter().filter(|c| updating(c)).count();
             if waiting_to_start || in_progress > 0 {
-                if waiting_to_start && stopped {
-                    self.stopped(None);
-                    return;
+                if stopped {
+                    return self.stop_in_stage(i);
                 }
                 let limit = MaxConcurrency::parse(cfg.max_concurrency.as_ref())
                     .unwrap_or_default()
                     .resolve(stage.clusters.len());
-                self.start_clusters(i, limit.saturating_sub(in_progress));
+                let held = self.start_clusters(i, limit.saturating_sub(in_progress), budget);
                 let updating: Vec<String> = self.status.stages_status[i]
                     .clusters
                     .iter()
-                    .filter(|c| {
-                        find(&c.conditions, CLUSTER_STARTED).is_some()
-                            && !is_true(&c.conditions, SUCCEEDED)
-                    })
+                    .filter(|c| updating(c))
                     .map(|c| c.cluster_name.clone())
                     .collect();
-                let message = format!("stage {stage_name}: updating {}", updating.join(", "));
-                self.set_run(PROGRESSING, TRUE, reason::STARTED, message);
-                return;
+                if !updating.is_empty() {
+                    let mut message =
+                        format!("stage {stage_name}: updating {}", updating.join(", "));
+                    if let Some(held) = held {
+                        message.push_str(&format!("; then {held}"));
+                    }
+                    self.set_run(PROGRESSING, TRUE, reason::STARTED, message);
+                    return;
+                }
+                if let Some(held) = held {
+                    let message = format!("stage {stage_name}: {held}");
+                    let c = self.cond(
+                        PROGRESSING,
+                        FALSE,
+                        reason::WAITING_FOR_MEMBER,
+                        message.clone(),
+                    );
+                    set_condition(&mut self.status.stages_status[i].conditions, c, self.o.now);
+                    self.set_run(PROGRESSING, FALSE, reason::WAITING_FOR_MEMBER, message);
+                    return;
+                }
+                // Every cluster left to start was passed over just now: the stage's clusters
+                // are done.
             }
             match self.run_gates(i, Side::After) {
                 Gate::Passed => self.stage_succeeded(i),
@@ -119,6 +162,80 @@ impl Planner<'_, '_> {
         self.deletion_stage(stopped);
     }
 
+    /// `spec.state: Stop` in the middle of stage `i`: Stopping while clusters already updating
+    /// finish, then Stopped.
+    fn stop_in_stage(&mut self, i: usize) {
+        let finishing: Vec<String> = self.status.stages_status[i]
+            .clusters
+            .iter()
+            .filter(|c| updating(c))
+            .map(|c| c.cluster_name.clone())
+            .collect();
+        if finishing.is_empty() {
+            return self.stopped(None);
+        }
+        let message = format!(
+            "stopping (spec.state=Stop): no new cluster starts; waiting for {} already updating to finish ({})",
+            finishing.len(),
+            finishing.join(", ")
+        );
+        self.set_run(PROGRESSING, TRUE, reason::STOPPING, message);
+    }
+
+    /// Passes over the clusters that left the placement (their Binding is gone or Unscheduled)
+    /// and have not succeeded: they are never bound again by this run.
+    fn skip_unselected(&mut self) {
+        let now = self.o.now;
+        for i in 0..self.status.stages_status.len() {
+            if is_true(&self.status.stages_status[i].conditions, SUCCEEDED) {
+                continue;
+            }
+            let stage_name = self.status.stages_status[i].stage_name.clone();
+            for j in 0..self.status.stages_status[i].clusters.len() {
+                let cluster = &self.status.stages_status[i].clusters[j];
+                if is_true(&cluster.conditions, SUCCEEDED) || skipped(cluster) {
+                    continue;
+                }
+                let name = cluster.cluster_name.clone();
+                let selected = self
+                    .o
+                    .bindings
+                    .iter()
+                    .any(|b| b.cluster == name && b.state != BindingState::Unscheduled);
+                if selected {
+                    continue;
+                }
+                let message = if pending(cluster) {
+                    format!(
+                        "cluster {name} left Placement {} before its turn; this run skips it (a new run includes it if it comes back)",
+                        self.o.run.spec.placement_name
+                    )
+                } else {
+                    format!(
+                        "cluster {name} left Placement {} while this run updated it; the run does not start it again",
+                        self.o.run.spec.placement_name
+                    )
+                };
+                let c = NewCondition::new(
+                    CLUSTER_SKIPPED,
+                    TRUE,
+                    reason::CLUSTER_UNSELECTED,
+                    message.clone(),
+                    self.generation,
+                );
+                let cluster = &mut self.status.stages_status[i].clusters[j];
+                set_condition(&mut cluster.conditions, c, now);
+                cluster.progress = None;
+                cluster.end_time.get_or_insert(Time(now));
+                self.event(
+                    true,
+                    reason::CLUSTER_UNSELECTED,
+                    format!("stage {stage_name}: {message}"),
+                );
+            }
+        }
+    }
+
     /// A gate can never pass (e.g. a metric check past its timeout): the run fails, for good,
     /// with the failing task's own reason.
     fn gate_failed(&mut self, why: &'static str, message: String) {
@@ -128,8 +245,14 @@ impl Planner<'_, '_> {
         self.event(true, why, message);
     }
 
-    /// Marks the stage started, judges its started clusters; false when one has failed.
-    pub(super) fn track_clusters(&mut self, i: usize, health_timeout: Duration) -> bool {
+    /// Marks the stage started, judges its started clusters; false when more of them failed
+    /// (or were passed over as unhealthy) than the stage's `budget` allows.
+    pub(super) fn track_clusters(
+        &mut self,
+        i: usize,
+        health_timeout: Duration,
+        budget: usize,
+    ) -> bool {
         let now = self.o.now;
         let index = self.index();
         if self.status.stages_status[i].start_time.is_none() {
@@ -153,6 +276,7 @@ impl Planner<'_, '_> {
             let cluster = &self.status.stages_status[i].clusters[j];
             if find(&cluster.conditions, CLUSTER_STARTED).is_none()
                 || is_true(&cluster.conditions, SUCCEEDED)
+                || skipped(cluster)
             {
                 continue;
             }
@@ -185,15 +309,10 @@ impl Planner<'_, '_> {
                 // a crash between recording the start and writing the binding. A binding that
                 // already says so is not rewritten: a large stage has many clusters in flight
                 // and every reconcile would re-send all of them before recording anything.
-                self.actions.push(Action::Bind {
-                    cluster: name.clone(),
-                    index,
-                    overrides: self
-                        .status
-                        .applied_override_snapshots
-                        .clone()
-                        .unwrap_or_default(),
-                });
+                if let Some(b) = binding {
+                    let bind = self.bind(b, index);
+                    self.actions.push(bind);
+                }
             }
             let deadline = started.checked_add(health_timeout).unwrap_or(started);
             let outcome = match progress {
@@ -250,12 +369,20 @@ impl Planner<'_, '_> {
                 }
             }
         }
-        if failures.is_empty() {
+        let spent = spent(&self.status.stages_status[i]);
+        if failures.is_empty() || spent <= budget {
             return true;
         }
         let stage_name = self.status.stages_status[i].stage_name.clone();
+        let over = if budget > 0 {
+            format!(
+                " ({spent} clusters failed or were passed over, more than the stage's maxFailedClusters {budget})"
+            )
+        } else {
+            String::new()
+        };
         let message = format!(
-            "stopped: {}; nothing further starts until the cluster recovers (the run resumes by itself) or a new UpdateRun rolls back",
+            "stopped: {}{over}; nothing further starts until the cluster recovers (the run resumes by itself) or a new UpdateRun rolls back",
             failures.join("; ")
         );
         let c = self.cond(PROGRESSING, FALSE, reason::STAGE_FAILED, message.clone());
@@ -269,7 +396,24 @@ impl Planner<'_, '_> {
         false
     }
 
-    fn start_clusters(&mut self, i: usize, mut room: usize) {
+    /// The Bind of `binding` to `index` with the overrides the run fixed.
+    fn bind(&self, binding: &BindingView, index: i64) -> Action {
+        Action::Bind {
+            cluster: binding.cluster.clone(),
+            resource_version: binding.resource_version.clone(),
+            index,
+            overrides: self
+                .status
+                .applied_override_snapshots
+                .clone()
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Starts up to `room` of stage `i`'s clusters in order. A cluster whose member is not
+    /// healthy at its turn is passed over while the stage's failure `budget` allows; otherwise
+    /// the stage waits for it (strict order): what it waits for is returned.
+    fn start_clusters(&mut self, i: usize, mut room: usize, budget: usize) -> Option<String> {
         let index = self.index();
         let now = self.o.now;
         let stage_name = self.status.stages_status[i].stage_name.clone();
@@ -277,11 +421,48 @@ impl Planner<'_, '_> {
             if room == 0 {
                 break;
             }
-            let cluster = &mut self.status.stages_status[i].clusters[j];
-            if find(&cluster.conditions, CLUSTER_STARTED).is_some() {
+            if !pending(&self.status.stages_status[i].clusters[j]) {
                 continue;
             }
-            let name = cluster.cluster_name.clone();
+            let name = self.status.stages_status[i].clusters[j]
+                .cluster_name
+                .clone();
+            if let Some(why) = self
+                .o
+                .unhealthy_members
+                .get(&name)
+                .filter(|_| self.o.down_members.contains(&name))
+            {
+                if spent(&self.status.stages_status[i]) >= budget {
+                    return Some(format!(
+                        "waiting for MemberCluster {name} to become healthy before updating it ({why})"
+                    ));
+                }
+                let message = format!(
+                    "MemberCluster {name} was not healthy at its turn ({why}); passed over within the stage's maxFailedClusters {budget}"
+                );
+                let c = NewCondition::new(
+                    CLUSTER_SKIPPED,
+                    TRUE,
+                    reason::MEMBER_UNHEALTHY,
+                    message.clone(),
+                    self.generation,
+                );
+                let cluster = &mut self.status.stages_status[i].clusters[j];
+                set_condition(&mut cluster.conditions, c, now);
+                cluster.end_time = Some(Time(now));
+                self.event(
+                    true,
+                    reason::MEMBER_UNHEALTHY,
+                    format!("stage {stage_name}: {message}"),
+                );
+                continue;
+            }
+            let Some(binding) = self.o.bindings.iter().find(|b| b.cluster == name) else {
+                continue; // left the placement: passed over by skip_unselected
+            };
+            let bind = self.bind(binding, index);
+            let cluster = &mut self.status.stages_status[i].clusters[j];
             let c = NewCondition::new(
                 CLUSTER_STARTED,
                 TRUE,
@@ -291,15 +472,7 @@ impl Planner<'_, '_> {
             );
             set_condition(&mut cluster.conditions, c, now);
             cluster.start_time = Some(Time(now));
-            self.actions.push(Action::Bind {
-                cluster: name.clone(),
-                index,
-                overrides: self
-                    .status
-                    .applied_override_snapshots
-                    .clone()
-                    .unwrap_or_default(),
-            });
+            self.actions.push(bind);
             self.event(
                 false,
                 reason::CLUSTER_STARTED,
@@ -307,6 +480,7 @@ impl Planner<'_, '_> {
             );
             room -= 1;
         }
+        None
     }
 }
 

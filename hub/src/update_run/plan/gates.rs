@@ -184,6 +184,12 @@ impl Planner<'_, '_> {
                 Side::After => names::approval_request_name(self.run_name(), stage),
             });
         let request = self.o.approvals.get(&name).copied();
+        let recorded = is_true(&task.conditions, APPROVAL_REQUEST_APPROVED);
+        if recorded && request.is_none() {
+            // The approval is in the run's status: a request deleted since (by a person, or a
+            // clean-up) takes nothing back and is not asked for again.
+            return Gate::Passed;
+        }
         if request.is_none() {
             self.actions.push(Action::CreateApproval {
                 name: name.clone(),
@@ -204,7 +210,6 @@ impl Planner<'_, '_> {
                 format!("stage {stage} waits for approval: ApprovalRequest {name}"),
             );
         }
-        let recorded = is_true(&task.conditions, APPROVAL_REQUEST_APPROVED);
         match request {
             Some(r) if r.approved || recorded => {
                 if !r.accepted {
@@ -330,7 +335,11 @@ impl Planner<'_, '_> {
         let now = self.o.now;
         let generation = self.generation;
         let stage = &mut self.status.stages_status[i];
-        let message = format!("stage {} succeeded", stage.stage_name);
+        let exceptions = super::exceptions(std::slice::from_ref(stage));
+        let message = match exceptions {
+            Some(e) => format!("stage {} succeeded; {e}", stage.stage_name),
+            None => format!("stage {} succeeded", stage.stage_name),
+        };
         for (type_, status) in [(PROGRESSING, FALSE), (SUCCEEDED, TRUE)] {
             let c = NewCondition::new(
                 type_,

@@ -14,7 +14,6 @@ use fleethub_crds::update_run::{
     StageTaskStatus, StageUpdatingStatus, reason,
 };
 use fleethub_crds::{duration, names};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::core::{Selector, SelectorExt};
 
 use super::{Observed, Planner, Side, metric};
@@ -29,12 +28,14 @@ struct Selected<'a> {
 }
 
 impl<'a, 'o> Planner<'a, 'o> {
-    /// Validates the run, then freezes its plan into status.
-    pub(super) fn initialize(&mut self) -> Result<(), Refusal> {
+    /// Validates the run, then freezes its plan into status. A run that is only to be planned
+    /// (`spec.state: Initialize`) is planned even while an earlier run of the placement goes on:
+    /// it does not supersede that run until it is set to Run.
+    pub(super) fn initialize(&mut self, plan_only: bool) -> Result<(), Refusal> {
         let strategy = self.validate()?;
         // Checked after validation, so a run that could never start does not stop an earlier
         // one. The earlier run yields to this one (it sees this run waiting) and ends.
-        if let Some(earlier) = &self.earlier {
+        if let (Some(earlier), false) = (&self.earlier, plan_only) {
             return Err((
                 reason::WAITING_FOR_PREVIOUS_RUN,
                 format!(
@@ -83,21 +84,27 @@ impl<'a, 'o> Planner<'a, 'o> {
                 ),
             )
         })?;
-        if self.index.is_none() {
-            return Err((
-                reason::INVALID_SNAPSHOT_INDEX,
-                format!(
-                    "spec.resourceSnapshotIndex {:?} is not a number",
-                    spec.resource_snapshot_index
+        let Some(index) = self.index else {
+            return Err(match &spec.resource_snapshot_index {
+                Some(text) => (
+                    reason::INVALID_SNAPSHOT_INDEX,
+                    format!("spec.resourceSnapshotIndex {text:?} is not a number"),
                 ),
-            ));
-        }
+                None => (
+                    reason::SNAPSHOT_NOT_FOUND,
+                    format!(
+                        "spec.resourceSnapshotIndex is omitted and Placement {} has no ResourceSnapshot yet to roll out",
+                        spec.placement_name
+                    ),
+                ),
+            });
+        };
         if !o.snapshot_exists {
             return Err((
                 reason::SNAPSHOT_NOT_FOUND,
                 format!(
-                    "Placement {} has no ResourceSnapshot with index {} (see kubectl get resourcesnapshots --field-selector spec.placementName={})",
-                    spec.placement_name, spec.resource_snapshot_index, spec.placement_name
+                    "Placement {} has no ResourceSnapshot with index {index} (see kubectl get resourcesnapshots --field-selector spec.placementName={})",
+                    spec.placement_name, spec.placement_name
                 ),
             ));
         }
@@ -192,7 +199,8 @@ impl<'a, 'o> Planner<'a, 'o> {
             let matching: Vec<usize> = selectors
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| s.as_ref().is_none_or(|s| s.matches(labels)))
+                // A stage without a labelSelector selects no cluster (a stage of gates only).
+                .filter(|(_, s)| s.as_ref().is_some_and(|s| s.matches(labels)))
                 .map(|(i, _)| i)
                 .collect();
             let stage = match matching.as_slice() {
@@ -264,12 +272,6 @@ impl<'a, 'o> Planner<'a, 'o> {
                 ..Default::default()
             })
             .collect();
-        let message = format!(
-            "{} clusters in {} stages, {} to remove afterwards",
-            selected.scheduled.len(),
-            stages.len(),
-            selected.removed.len()
-        );
         self.status.staged_update_strategy_snapshot = Some(strategy.clone());
         self.status.applied_override_snapshots = Some(self.o.override_snapshots.clone());
         self.status.policy_observed_cluster_count = Some(selected.scheduled.len() as i32);
@@ -283,7 +285,7 @@ impl<'a, 'o> Planner<'a, 'o> {
                 .collect(),
             ..Default::default()
         });
-        self.status.start_time = Some(Time(self.o.now));
+        let message = super::plan_summary(&self.status);
         self.set_run(
             INITIALIZED,
             TRUE,

@@ -11,9 +11,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use fleethub_crds::binding::BindingState;
+use fleethub_crds::conditions::TRUE;
 use fleethub_crds::conditions::{FALSE, NewCondition, find, is_true, set_condition};
 use fleethub_crds::strategy::StagedUpdateStrategySpec;
-use fleethub_crds::update_run::{INITIALIZED, PROGRESSING, SUCCEEDED, UpdateRunStatus, reason};
+use fleethub_crds::update_run::{
+    CLUSTER_SKIPPED, ClusterUpdatingStatus, ClustersNotInRun, INITIALIZED,
+    MAX_CLUSTERS_NOT_IN_RUN_NAMES, PROGRESSING, SUCCEEDED, UpdateRunState, UpdateRunStatus, reason,
+};
 use fleethub_crds::work::{APPLIED, AVAILABLE};
 use fleethub_crds::{Placement, UpdateRun, approval};
 use jiff::Timestamp;
@@ -77,6 +81,9 @@ pub struct BindingView {
     pub override_failure: Option<String>,
     /// The override snapshots it names ([`fleethub_crds::binding::OverrideSnapshots::key`]).
     pub overrides: String,
+    /// Its resourceVersion: the run points a Binding at a snapshot only if it is still the one
+    /// it looked at (a Binding the placement marked Unscheduled meanwhile is not bound again).
+    pub resource_version: String,
 }
 
 impl BindingView {
@@ -105,6 +112,7 @@ impl BindingView {
                         && c.observed_generation == b.metadata.generation
                 })
                 .map(|c| c.message.clone()),
+            resource_version: b.metadata.resource_version.clone().unwrap_or_default(),
         }
     }
 }
@@ -153,13 +161,20 @@ pub struct WorkView {
 impl WorkView {
     /// The planner's view of a Work object.
     pub fn from_work(work: &fleethub_crds::Work) -> Self {
-        let status = work.status.clone().unwrap_or_default();
+        let conditions = work
+            .status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or_default();
         Self {
             index: work.spec.resource_snapshot_index,
             generation: work.metadata.generation,
-            applied: find(&status.conditions, APPLIED).map(ConditionView::from),
-            available: find(&status.conditions, AVAILABLE).map(ConditionView::from),
-            applied_index: status.applied_resource_snapshot_index,
+            applied: find(conditions, APPLIED).map(ConditionView::from),
+            available: find(conditions, AVAILABLE).map(ConditionView::from),
+            applied_index: work
+                .status
+                .as_ref()
+                .and_then(|s| s.applied_resource_snapshot_index),
             overrides: work
                 .metadata
                 .annotations
@@ -167,6 +182,19 @@ impl WorkView {
                 .and_then(|a| a.get(fleethub_crds::overrides::WORK_OVERRIDES_ANNOTATION))
                 .cloned(),
         }
+    }
+}
+
+/// `work` as the run controller's cache keeps it: what [`WorkView::from_work`] reads, without
+/// the manifests, the per-manifest conditions and the managed fields. The manifests are most of
+/// a Work (overrides and large workloads make them tens of kilobytes), and parsed into JSON
+/// values they take many times their size in memory: a cache of 1,000 Works of 40 KB each held
+/// 535 MiB.
+pub fn slim_work(work: &mut fleethub_crds::Work) {
+    work.spec.workload.manifests = Vec::new();
+    work.metadata.managed_fields = None;
+    if let Some(status) = work.status.as_mut() {
+        status.manifest_conditions = Vec::new();
     }
 }
 
@@ -201,8 +229,13 @@ pub struct Observed<'a> {
     pub run: &'a UpdateRun,
     /// The strategy the run names, if it exists (only read at initialization).
     pub strategy: Option<&'a StagedUpdateStrategySpec>,
-    /// The placement the run names, if it exists.
+    /// The placement the run names, if it exists (only read at initialization).
     pub placement: Option<&'a Placement>,
+    /// The placement was deleted (or is being deleted) after the run initialized.
+    pub placement_deleted: bool,
+    /// The placement's latest resource snapshot index: the index of a run that names none
+    /// (only read until the run recorded the index it uses).
+    pub latest_snapshot_index: Option<i64>,
     /// Whether the placement has a ResourceSnapshot at the run's index.
     pub snapshot_exists: bool,
     /// Every MemberCluster's labels.
@@ -210,6 +243,9 @@ pub struct Observed<'a> {
     /// MemberClusters whose agent is not heartbeating (`Healthy=False`), with the condition's
     /// message: named when one of their updates times out.
     pub unhealthy_members: BTreeMap<String, String>,
+    /// Of those, the members known to be down (`Healthy=False`: they heartbeated and stopped):
+    /// their turn waits for them. A member never heard from (`Unknown`) does not hold its turn.
+    pub down_members: std::collections::BTreeSet<String>,
     /// The placement's bindings.
     pub bindings: Vec<BindingView>,
     /// The newest snapshot of every override that may apply to the placement (only read at
@@ -231,10 +267,14 @@ pub struct Observed<'a> {
 /// A write that moves the run on. All are idempotent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Point the cluster's Binding at the run's snapshot index (state Bound).
+    /// Point the cluster's Binding at the run's snapshot index (state Bound), provided the
+    /// Binding is still at `resource_version` or, read again, still selects the cluster: a
+    /// Binding the placement deleted or marked Unscheduled is never bound.
     Bind {
         /// The MemberCluster.
         cluster: String,
+        /// The Binding's resourceVersion as the plan saw it.
+        resource_version: String,
         /// The resource snapshot index.
         index: i64,
         /// The override snapshots the run fixed when it started.
@@ -291,9 +331,13 @@ pub struct Plan {
 /// Plans the run's next step.
 pub fn plan(o: &Observed<'_>) -> Plan {
     let (earlier, later) = siblings::order(&SiblingRun::of(o.run), &o.siblings);
+    let index = match o.run.snapshot_index() {
+        Some(parsed) => parsed.ok(),
+        None => o.latest_snapshot_index,
+    };
     let mut p = Planner {
         o,
-        index: o.run.spec.snapshot_index().ok(),
+        index,
         earlier: earlier.first().map(|s| s.to_string()),
         later: later.first().map(|s| s.to_string()),
         generation: o.run.metadata.generation,
@@ -415,29 +459,16 @@ impl Planner<'_, '_> {
             self.event(false, reason::SUPERSEDED, message);
             return;
         }
+        // The index in use is recorded first, so a run that names none keeps the one it chose.
+        if self.status.resource_snapshot_index_used.is_none() {
+            self.status.resource_snapshot_index_used = self.index.map(|i| i.to_string());
+        }
+        let initialize_only = self.o.run.spec.state == Some(UpdateRunState::Initialize);
         if !is_true(&self.status.conditions, INITIALIZED) {
-            match self.initialize() {
+            match self.initialize(initialize_only) {
                 Ok(()) => {}
                 Err((reason::WAITING_FOR_PREVIOUS_RUN, message)) => {
-                    // Not final: initialization is tried again once the earlier run has ended.
-                    let first = find(&self.status.conditions, INITIALIZED)
-                        .is_none_or(|c| c.reason != reason::WAITING_FOR_PREVIOUS_RUN);
-                    self.set_run(
-                        INITIALIZED,
-                        FALSE,
-                        reason::WAITING_FOR_PREVIOUS_RUN,
-                        message.clone(),
-                    );
-                    self.set_run(
-                        PROGRESSING,
-                        FALSE,
-                        reason::WAITING_FOR_PREVIOUS_RUN,
-                        message.clone(),
-                    );
-                    if first {
-                        self.event(false, reason::WAITING_FOR_PREVIOUS_RUN, message);
-                    }
-                    return;
+                    return self.wait_for_previous_run(INITIALIZED, message);
                 }
                 Err((why, message)) => {
                     self.set_run(INITIALIZED, FALSE, why, message.clone());
@@ -455,6 +486,140 @@ impl Planner<'_, '_> {
             }
         }
         self.status.observed_generation = self.generation;
+        if self.o.placement_deleted {
+            let message = format!(
+                "Placement {} was deleted while this run rolled it out; the run ends here (the placement's objects leave its clusters with it)",
+                self.o.run.spec.placement_name
+            );
+            self.set_run(
+                PROGRESSING,
+                FALSE,
+                reason::PLACEMENT_DELETED,
+                message.clone(),
+            );
+            self.set_run(SUCCEEDED, FALSE, reason::PLACEMENT_DELETED, message.clone());
+            self.status.end_time = Some(Time(self.o.now));
+            self.event(true, reason::PLACEMENT_DELETED, message);
+            return;
+        }
+        self.count_clusters_not_in_run();
+        if initialize_only {
+            let message = format!(
+                "planned (spec.state is Initialize): {}; nothing starts until spec.state is Run",
+                plan_summary(&self.status)
+            );
+            self.set_run(PROGRESSING, FALSE, reason::NOT_STARTED, message);
+            return;
+        }
+        if let Some(earlier) = &self.earlier {
+            // Initialized while it was only planned: the earlier run yields to it now that it
+            // may run, and this run waits for it to stop.
+            let message = format!(
+                "waiting for UpdateRun {earlier}, which this newer run supersedes, to stop rolling out Placement {}",
+                self.o.run.spec.placement_name
+            );
+            return self.wait_for_previous_run(PROGRESSING, message);
+        }
         self.execute();
     }
+
+    /// Waits (not final) for an earlier run of the placement to end; `type_` is the condition
+    /// that says so besides Progressing.
+    fn wait_for_previous_run(&mut self, type_: &'static str, message: String) {
+        let first = find(&self.status.conditions, PROGRESSING)
+            .is_none_or(|c| c.reason != reason::WAITING_FOR_PREVIOUS_RUN);
+        if type_ != PROGRESSING {
+            self.set_run(
+                type_,
+                FALSE,
+                reason::WAITING_FOR_PREVIOUS_RUN,
+                message.clone(),
+            );
+        }
+        self.set_run(
+            PROGRESSING,
+            FALSE,
+            reason::WAITING_FOR_PREVIOUS_RUN,
+            message.clone(),
+        );
+        if first {
+            self.event(false, reason::WAITING_FOR_PREVIOUS_RUN, message);
+        }
+    }
+
+    /// Counts the clusters the placement selects now that the run's plan does not update:
+    /// they joined after it initialized (or left and came back).
+    fn count_clusters_not_in_run(&mut self) {
+        let in_run: std::collections::BTreeSet<&str> = self
+            .status
+            .stages_status
+            .iter()
+            .flat_map(|s| &s.clusters)
+            .filter(|c| !skipped_as(c, reason::CLUSTER_UNSELECTED))
+            .map(|c| c.cluster_name.as_str())
+            .collect();
+        let mut outside: Vec<String> = self
+            .o
+            .bindings
+            .iter()
+            .filter(|b| {
+                b.state != BindingState::Unscheduled && !in_run.contains(b.cluster.as_str())
+            })
+            .map(|b| b.cluster.clone())
+            .collect();
+        outside.sort();
+        self.status.clusters_not_in_run = (!outside.is_empty()).then(|| ClustersNotInRun {
+            count: outside.len() as i32,
+            names: outside
+                .into_iter()
+                .take(MAX_CLUSTERS_NOT_IN_RUN_NAMES)
+                .collect(),
+        });
+    }
+}
+
+/// Whether the run passed `cluster` over for `why`.
+pub(super) fn skipped_as(cluster: &ClusterUpdatingStatus, why: &str) -> bool {
+    find(&cluster.conditions, CLUSTER_SKIPPED).is_some_and(|c| c.status == TRUE && c.reason == why)
+}
+
+/// The clusters of `stages` the run passed over or that failed within their stage's budget,
+/// as a sentence ("skipped member-2 (ClusterUnselected); failed within maxFailedClusters:
+/// member-3"), or None when every cluster succeeded.
+pub(super) fn exceptions(
+    stages: &[fleethub_crds::update_run::StageUpdatingStatus],
+) -> Option<String> {
+    let mut skipped = Vec::new();
+    let mut failed = Vec::new();
+    for c in stages.iter().flat_map(|s| &s.clusters) {
+        if let Some(s) = find(&c.conditions, CLUSTER_SKIPPED).filter(|s| s.status == TRUE) {
+            skipped.push(format!("{} ({})", c.cluster_name, s.reason));
+        } else if fleethub_crds::conditions::is_false(&c.conditions, SUCCEEDED) {
+            failed.push(c.cluster_name.clone());
+        }
+    }
+    let mut parts = Vec::new();
+    if !skipped.is_empty() {
+        parts.push(format!("skipped {}", skipped.join(", ")));
+    }
+    if !failed.is_empty() {
+        parts.push(format!(
+            "failed within maxFailedClusters: {}",
+            failed.join(", ")
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// "5 clusters in 3 stages, 1 to remove afterwards".
+pub(super) fn plan_summary(status: &UpdateRunStatus) -> String {
+    let clusters: usize = status.stages_status.iter().map(|s| s.clusters.len()).sum();
+    let removed = status
+        .deletion_stage_status
+        .as_ref()
+        .map_or(0, |d| d.clusters.len());
+    format!(
+        "{clusters} clusters in {} stages, {removed} to remove afterwards",
+        status.stages_status.len()
+    )
 }

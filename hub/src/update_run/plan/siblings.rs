@@ -4,7 +4,7 @@
 
 use fleethub_crds::UpdateRun;
 use fleethub_crds::conditions::{find, is_true};
-use fleethub_crds::update_run::{INITIALIZED, SUCCEEDED, reason};
+use fleethub_crds::update_run::{INITIALIZED, SUCCEEDED, UpdateRunState, reason};
 use jiff::Timestamp;
 use kube::ResourceExt;
 
@@ -17,7 +17,8 @@ pub struct SiblingRun {
     pub created: Option<Timestamp>,
     /// It has ended (Succeeded set, either way) or is being deleted: it concerns no one.
     pub over: bool,
-    /// It passed validation: initialized, or waiting for an earlier run to end.
+    /// It passed validation (initialized, or waiting for an earlier run to end) and may run:
+    /// a run that is only planned (`spec.state: Initialize`) supersedes no one.
     pub validated: bool,
 }
 
@@ -36,7 +37,8 @@ impl SiblingRun {
             created: run.metadata.creation_timestamp.as_ref().map(|t| t.0),
             over: find(conditions, SUCCEEDED).is_some()
                 || run.metadata.deletion_timestamp.is_some(),
-            validated: is_true(conditions, INITIALIZED) || waiting,
+            validated: (is_true(conditions, INITIALIZED) || waiting)
+                && run.spec.state != Some(UpdateRunState::Initialize),
         }
     }
 
