@@ -9,7 +9,7 @@ mod common;
 use common::TIMEOUT;
 use common::real::{LABEL_MANAGER, ROLES, kubectl_apply, label_members};
 use fleethub_crds::binding::OVERRIDDEN;
-use fleethub_crds::conditions::find;
+use fleethub_crds::conditions::{Condition, find};
 use fleethub_crds::overrides::{ResourceOverride, ResourceOverrideSnapshot};
 use fleethub_crds::{Binding, MemberCluster, Placement, names};
 use fleethub_testkit::{Cleanup, Fleet, unique_name, wait_deleted, wait_for};
@@ -175,22 +175,7 @@ async fn overrides_change_each_cluster_as_their_rules_select() {
         assert_eq!(data["from"], "hub");
         let debug = cms.get_opt("debug").await.unwrap();
         assert_eq!(debug.is_some(), *env != "production", "debug on {member}");
-        let binding = wait_for(
-            &Api::<Binding>::all(hub.clone()),
-            &names::binding_name(&ns, member),
-            "Overridden",
-            TIMEOUT,
-            |b: Option<&Binding>| {
-                b.and_then(|b| b.status.as_ref())
-                    .and_then(|s| find(&s.conditions, OVERRIDDEN))
-                    .is_some()
-            },
-        )
-        .await
-        .unwrap();
-        let overridden = find(&binding.status.unwrap().conditions, OVERRIDDEN)
-            .cloned()
-            .unwrap();
+        let overridden = overridden_condition(&hub, &ns, member).await;
         assert_eq!(overridden.reason, "OverriddenSucceeded", "{overridden:?}");
         assert!(overridden.message.contains("cluster-names-0"));
         assert_eq!(
@@ -593,24 +578,7 @@ async fn a_hub_killed_mid_run_applies_the_same_overrides_after_its_restart() {
             Some(format!("{}/image-0", r.ns).as_str()),
             "{member}"
         );
-        // Read with a deadline: once, on a loaded CI machine, the condition was missing right
-        // after the run succeeded and the hub had been killed twice (not explained yet).
-        let binding = wait_for(
-            &Api::<Binding>::all(r.hub.clone()),
-            &names::binding_name(&r.placement, member),
-            "Overridden",
-            TIMEOUT,
-            |b: Option<&Binding>| {
-                b.and_then(|b| b.status.as_ref())
-                    .and_then(|s| find(&s.conditions, OVERRIDDEN))
-                    .is_some()
-            },
-        )
-        .await
-        .unwrap();
-        let overridden = find(&binding.status.unwrap().conditions, OVERRIDDEN)
-            .cloned()
-            .unwrap();
+        let overridden = overridden_condition(&r.hub, &r.placement, member).await;
         assert_eq!(
             (overridden.reason.as_str(), overridden.message.as_str()),
             ("OverriddenSucceeded", "applied override snapshots: image-0"),
@@ -620,4 +588,26 @@ async fn a_hub_killed_mid_run_applies_the_same_overrides_after_its_restart() {
     // The next run uses the edit.
     r.run_to_success("b", 0).await;
     wait_image(&member_1, &r.ns, "over.invalid/web:b").await;
+}
+
+/// Placement `placement`'s Binding for `member`: its `Overridden` condition, once it has one.
+/// Read with a deadline: once, on a loaded CI machine, the condition was missing right after a
+/// run that survived two hub kills succeeded (not explained yet).
+async fn overridden_condition(hub: &Client, placement: &str, member: &str) -> Condition {
+    let binding = wait_for(
+        &Api::<Binding>::all(hub.clone()),
+        &names::binding_name(placement, member),
+        "Overridden",
+        TIMEOUT,
+        |b: Option<&Binding>| {
+            b.and_then(|b| b.status.as_ref())
+                .and_then(|s| find(&s.conditions, OVERRIDDEN))
+                .is_some()
+        },
+    )
+    .await
+    .unwrap();
+    find(&binding.status.unwrap().conditions, OVERRIDDEN)
+        .cloned()
+        .unwrap()
 }
