@@ -85,7 +85,16 @@ pub fn approve_patch(approver: &str, message: &str, now: jiff::Timestamp) -> ser
         "status": "True",
         "reason": "Approved",
         "message": message,
-        "lastTransitionTime": now.round(jiff::Unit::Second).unwrap_or(now).to_string(),
+        // Truncated, never rounded up: a time in the future would make the run's own times,
+        // which the API server keeps to the second, seem to come before the approval.
+        "lastTransitionTime": now
+            .round(
+                jiff::TimestampRound::new()
+                    .smallest(jiff::Unit::Second)
+                    .mode(jiff::RoundMode::Trunc),
+            )
+            .unwrap_or(now)
+            .to_string(),
     }]}})
 }
 
@@ -102,6 +111,12 @@ mod tests {
         assert_eq!(c["status"], "True");
         assert_eq!(c["message"], "approved by alice: canary looks good");
         assert_eq!(c["lastTransitionTime"], "2026-11-22T08:00:00Z");
+        // Truncated, never in the future.
+        let late: jiff::Timestamp = "2026-11-22T08:00:00.9Z".parse().unwrap();
+        assert_eq!(
+            approve_patch("alice", "", late)["status"]["conditions"][0]["lastTransitionTime"],
+            "2026-11-22T08:00:00Z"
+        );
         let bare = approve_patch("bob", "", now);
         assert_eq!(
             bare["status"]["conditions"][0]["message"],

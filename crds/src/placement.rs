@@ -191,11 +191,21 @@ pub struct PlacementStatus {
     /// How many selected clusters have objects that differ from the hub's and are left so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drifted_cluster_count: Option<i32>,
-    /// Per selected cluster: which snapshot it runs and how that is going.
+    /// Per selected cluster: which snapshot it runs and how that is going. Every cluster while
+    /// the placement selects at most 100; beyond that only the clusters that need attention (not
+    /// at the latest snapshot, not applied or available, or drifted), at most 100, so the
+    /// status stays far below etcd's object size limit at any fleet size. Each cluster's
+    /// Binding has its full detail.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["clusterName".into()]))]
     pub placement_statuses: Vec<ClusterPlacementStatus>,
+    /// How many selected clusters `placementStatuses` leaves out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub omitted_placement_status_count: Option<i32>,
 }
+
+/// The most clusters a Placement's `status.placementStatuses` lists.
+pub const MAX_PLACEMENT_STATUSES: usize = 100;
 
 /// One cluster's view of a placement.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

@@ -57,6 +57,25 @@ async fn heartbeat(s: &Scenario, member: &str, age_secs: i64, period_secs: i64) 
         .unwrap();
 }
 
+/// Sets the run's `spec.state` with the real kubectl, as a person does.
+fn set_state(fleet: &Fleet, run: &str, state: &str) {
+    let patch = format!(r#"{{"spec":{{"state":"{state}"}}}}"#);
+    kubectl(
+        fleet,
+        &["patch", "updaterun", run, "--type=merge", "-p", &patch],
+    );
+}
+
+/// The state of `cluster`'s Binding of the scenario's placement.
+async fn binding_state(s: &Scenario, cluster: &str) -> BindingState {
+    Api::<Binding>::all(s.hub.clone())
+        .get(&names::binding_name(&s.placement, cluster))
+        .await
+        .unwrap()
+        .spec
+        .state
+}
+
 fn healthy_is(status: &'static str) -> impl Fn(Option<&MemberCluster>) -> bool {
     move |m: Option<&MemberCluster>| {
         m.and_then(|m| m.status.as_ref())
@@ -223,21 +242,13 @@ async fn clusters_that_leave_are_skipped_and_clusters_that_join_wait_for_the_nex
         common::clusters_in_order(&updates),
         [stg.clone(), prod.clone()]
     );
-    let b = bindings
-        .get(&names::binding_name(&s.placement, &can))
-        .await
-        .unwrap();
     assert_ne!(
-        b.spec.state,
+        binding_state(&s, &can).await,
         BindingState::Bound,
         "canary was bound after it left"
     );
-    let b = bindings
-        .get(&names::binding_name(&s.placement, &late))
-        .await
-        .unwrap();
     assert_eq!(
-        b.spec.state,
+        binding_state(&s, &late).await,
         BindingState::Scheduled,
         "late is not this run's"
     );
@@ -456,23 +467,13 @@ async fn a_run_planned_first_without_an_index_rolls_out_the_latest_snapshot_when
     s.wait_snapshot(2).await;
     let bindings: Api<Binding> = Api::all(s.hub.clone());
     for c in [&stg, &prod] {
-        let b = bindings
-            .get(&names::binding_name(&s.placement, c))
-            .await
-            .unwrap();
-        assert_eq!(b.spec.state, BindingState::Scheduled, "{c} bound by a plan");
+        assert_eq!(
+            binding_state(&s, c).await,
+            BindingState::Scheduled,
+            "{c} bound by a plan"
+        );
     }
-    kubectl(
-        fleet,
-        &[
-            "patch",
-            "updaterun",
-            &s.run,
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"state":"Run"}}"#,
-        ],
-    );
+    set_state(fleet, &s.run, "Run");
     wait_for(&runs, &s.run, "the run to succeed", TIMEOUT, succeeded)
         .await
         .unwrap();
@@ -529,17 +530,7 @@ async fn a_cluster_that_leaves_while_updating_is_not_started_again_and_a_stop_wa
     .await
     .unwrap();
     // Stopped while a still updates: Stopping, naming it.
-    kubectl(
-        fleet,
-        &[
-            "patch",
-            "updaterun",
-            &s.run,
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"state":"Stop"}}"#,
-        ],
-    );
+    set_state(fleet, &s.run, "Stop");
     let stopping = wait_for(
         &runs,
         &s.run,
@@ -567,38 +558,15 @@ async fn a_cluster_that_leaves_while_updating_is_not_started_again_and_a_stop_wa
     )
     .await
     .unwrap();
-    assert_eq!(
-        bindings
-            .get(&names::binding_name(&s.placement, &c))
-            .await
-            .unwrap()
-            .spec
-            .state,
-        BindingState::Scheduled
-    );
-    kubectl(
-        fleet,
-        &[
-            "patch",
-            "updaterun",
-            &s.run,
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"state":"Run"}}"#,
-        ],
-    );
+    assert_eq!(binding_state(&s, &c).await, BindingState::Scheduled);
+    set_state(fleet, &s.run, "Run");
     wait_for(&runs, &s.run, "the run to succeed", TIMEOUT, succeeded)
         .await
         .unwrap();
     let seen = common::clusters_in_order(&updates);
     assert!(seen.contains(&a) && seen.contains(&c), "{seen:?}");
     assert_ne!(
-        bindings
-            .get(&names::binding_name(&s.placement, &b))
-            .await
-            .unwrap()
-            .spec
-            .state,
+        binding_state(&s, &b).await,
         BindingState::Bound,
         "b was bound again after it left"
     );

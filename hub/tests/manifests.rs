@@ -339,3 +339,45 @@ fn dockerfiles_build_the_binaries_the_manifests_run() {
         );
     }
 }
+
+/// The image each Dockerfile says it builds (`-t NAME:TAG` in its usage comment) is the image the
+/// matching `deploy/` base runs, and the one `deploy/local/build-images` pushes for the local
+/// fleet (which runs these bases on real nodes): one name per component.
+#[test]
+fn dockerfiles_and_deploy_name_the_same_images() {
+    let version = env!("CARGO_PKG_VERSION");
+    let builder = std::fs::read_to_string(path("deploy/local/build-images")).unwrap();
+    for (dockerfile, base, name) in [
+        ("hub/Dockerfile", "deploy/hub", "fleethub-hub"),
+        (
+            "member-agent/Dockerfile",
+            "deploy/member-agent",
+            "fleethub-member-agent",
+        ),
+        (
+            "dashboard/Dockerfile",
+            "deploy/dashboard",
+            "fleethub-dashboard",
+        ),
+    ] {
+        let text = std::fs::read_to_string(path(dockerfile)).unwrap();
+        assert!(
+            text.contains(&format!("-t {name}:{version} .")),
+            "{dockerfile} does not tag {name}:{version}"
+        );
+        let objects = render(base);
+        let deployment = objects
+            .iter()
+            .find(|o| o["kind"] == "Deployment")
+            .unwrap_or_else(|| panic!("{base} has no Deployment"));
+        assert_eq!(
+            deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+            format!("{name}:{version}"),
+            "{base}"
+        );
+        assert!(
+            builder.contains(&format!("push \"{name}:$version\"")),
+            "deploy/local/build-images does not push {name}"
+        );
+    }
+}

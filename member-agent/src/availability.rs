@@ -14,6 +14,10 @@
 //!
 //! Every other kind (ConfigMap, Secret, Service, Namespace, RBAC, …) is available once applied.
 //! Pure functions over the objects as JSON, so the API server's answer is used as is.
+//!
+//! A workload that is not available says why its pods are not ([`pod_problems`]): the container,
+//! its image and the state it is stuck in (`ErrImagePull`, `ImagePullBackOff`,
+//! `CrashLoopBackOff`, …), so a run that fails on it names the image that broke it.
 
 use std::time::Duration;
 
@@ -55,6 +59,135 @@ pub fn readiness(object: &Value) -> Readiness {
         None => Readiness::Ready,
         Some(missing) => Readiness::NotReady(format!("{label}: {missing}")),
     }
+}
+
+/// Whether `object` runs pods selected by `spec.selector` (whose states [`pod_problems`] reads).
+pub fn pod_selector(object: &Value) -> Option<String> {
+    let group = object["apiVersion"].as_str()?.split_once('/')?.0;
+    let kind = object["kind"].as_str()?;
+    if group != "apps" || !matches!(kind, "Deployment" | "StatefulSet" | "DaemonSet") {
+        return None;
+    }
+    let labels = object["spec"]["selector"]["matchLabels"].as_object()?;
+    let selector = labels
+        .iter()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+        .collect::<Vec<_>>()
+        .join(",");
+    (!selector.is_empty()).then_some(selector)
+}
+
+/// Container states that keep a pod from ever becoming ready without a change (`reason` of a
+/// waiting container), as the kubelet reports them.
+const STUCK_REASONS: [&str; 7] = [
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+];
+
+/// How long a pod problem's message may be in the Work's condition.
+const PROBLEM_MESSAGE_CHARS: usize = 300;
+
+/// Why the `pods` of a workload are not ready, one sentence per distinct problem:
+/// `container web (image reg/demo:9.9.9): ImagePullBackOff in 2 pods: Back-off pulling image …`.
+/// Unschedulable pods say so with the scheduler's reason. Empty when no pod is stuck.
+pub fn pod_problems(pods: &[Value]) -> Vec<String> {
+    // (what, detail) → pods, in the order first seen.
+    let mut seen: Vec<((String, String), usize)> = Vec::new();
+    let mut note = |what: String, detail: String| match seen.iter_mut().find(|(k, _)| k.0 == what) {
+        Some((_, n)) => *n += 1,
+        None => seen.push(((what, detail), 1)),
+    };
+    for pod in pods {
+        if pod["metadata"]["deletionTimestamp"].is_string() {
+            continue;
+        }
+        let status = &pod["status"];
+        let image_of = |name: &str| {
+            pod["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .chain(pod["spec"]["initContainers"].as_array())
+                .flatten()
+                .find(|c| c["name"] == name)
+                .and_then(|c| c["image"].as_str())
+                .unwrap_or("?")
+                .to_string()
+        };
+        let statuses = status["initContainerStatuses"]
+            .as_array()
+            .into_iter()
+            .chain(status["containerStatuses"].as_array())
+            .flatten();
+        for c in statuses {
+            let name = c["name"].as_str().unwrap_or("?");
+            let terminated = &c["state"]["terminated"];
+            if let Some(code) = terminated["exitCode"].as_i64().filter(|&c| c != 0) {
+                // Between a crash and the kubelet's back-off (CrashLoopBackOff) it is terminated.
+                note(
+                    format!(
+                        "container {name} (image {}): {}",
+                        image_of(name),
+                        terminated["reason"].as_str().unwrap_or("Error")
+                    ),
+                    format!("it exits with code {code}"),
+                );
+                continue;
+            }
+            let waiting = &c["state"]["waiting"];
+            let Some(reason) = waiting["reason"].as_str() else {
+                continue;
+            };
+            if !STUCK_REASONS.contains(&reason) {
+                continue;
+            }
+            let mut detail = waiting["message"].as_str().unwrap_or_default().to_string();
+            if reason == "CrashLoopBackOff" {
+                let last = &c["lastState"]["terminated"];
+                // Not the restart count: the message changes only when the state does.
+                if let Some(code) = last["exitCode"].as_i64() {
+                    detail = format!("it exits with code {code}");
+                }
+            }
+            note(
+                format!("container {name} (image {}): {reason}", image_of(name)),
+                detail,
+            );
+        }
+        let unschedulable = status["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "PodScheduled" && c["status"] == conditions::FALSE);
+        if let Some(c) = unschedulable {
+            note(
+                format!(
+                    "pod not scheduled ({})",
+                    c["reason"].as_str().unwrap_or("Unschedulable")
+                ),
+                c["message"].as_str().unwrap_or_default().to_string(),
+            );
+        }
+    }
+    seen.into_iter()
+        .map(|((what, detail), n)| {
+            let pods = if n == 1 {
+                "1 pod".to_string()
+            } else {
+                format!("{n} pods")
+            };
+            let detail: String = detail.chars().take(PROBLEM_MESSAGE_CHARS).collect();
+            if detail.is_empty() {
+                format!("{what} in {pods}")
+            } else {
+                format!("{what} in {pods}: {detail}")
+            }
+        })
+        .collect()
 }
 
 /// `namespace/name`, or `name` for cluster-scoped objects.
@@ -292,6 +425,62 @@ mod tests {
 
     fn not_ready(msg: &str) -> Readiness {
         Readiness::NotReady(msg.to_string())
+    }
+
+    fn pod(name: &str, image: &str, waiting: Value, last: Value) -> Value {
+        json!({"metadata": {"name": name, "namespace": "app"},
+               "spec": {"containers": [{"name": "web", "image": image}]},
+               "status": {"containerStatuses": [{"name": "web", "restartCount": 4,
+                   "state": {"waiting": waiting}, "lastState": last}]}})
+    }
+
+    #[test]
+    fn pod_problems_name_the_image_and_the_state() {
+        let missing = pod(
+            "web-1",
+            "reg/demo:9.9.9",
+            json!({"reason": "ImagePullBackOff", "message": "Back-off pulling image \"reg/demo:9.9.9\""}),
+            json!({}),
+        );
+        let crashing = pod(
+            "web-2",
+            "reg/demo:1.2.0",
+            json!({"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"}),
+            json!({"terminated": {"exitCode": 1, "reason": "Error"}}),
+        );
+        let starting = pod(
+            "web-3",
+            "reg/demo:1.1.0",
+            json!({"reason": "ContainerCreating"}),
+            json!({}),
+        );
+        let pods = [missing.clone(), missing, crashing, starting];
+        assert_eq!(
+            pod_problems(&pods),
+            [
+                "container web (image reg/demo:9.9.9): ImagePullBackOff in 2 pods: Back-off pulling image \"reg/demo:9.9.9\"",
+                "container web (image reg/demo:1.2.0): CrashLoopBackOff in 1 pod: it exits with code 1",
+            ]
+        );
+        let unschedulable = json!({"metadata": {"name": "web-4"}, "spec": {"containers": []},
+            "status": {"conditions": [{"type": "PodScheduled", "status": "False",
+                "reason": "Unschedulable", "message": "0/1 nodes are available"}]}});
+        assert_eq!(
+            pod_problems(&[unschedulable]),
+            ["pod not scheduled (Unschedulable) in 1 pod: 0/1 nodes are available"]
+        );
+        assert!(pod_problems(&[]).is_empty());
+    }
+
+    #[test]
+    fn pod_selectors_of_workloads() {
+        let d = deploy(1, Some(1), json!({}));
+        assert_eq!(pod_selector(&d), None, "no selector");
+        let mut d = d;
+        d["spec"]["selector"] = json!({"matchLabels": {"app": "web", "tier": "front"}});
+        assert_eq!(pod_selector(&d).as_deref(), Some("app=web,tier=front"));
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "spec": {"selector": {"matchLabels": {"a": "b"}}}});
+        assert_eq!(pod_selector(&cm), None);
     }
 
     #[test]

@@ -30,14 +30,15 @@ use fleethub_crds::work::DEFAULT_HEALTH_TIMEOUT;
 use fleethub_runtime::Health;
 use fleethub_runtime::retry::{Backoff, ERROR_BACKOFF, FailureBackoff};
 use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::{self, Action};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -309,22 +310,31 @@ async fn reconcile(work: Arc<Work>, ctx: Arc<Context>) -> Result<Action, Error> 
         let outcomes = apply::apply_manifests(&work, &applied_work, &ctx).await;
         let pruned = cleanup::prune(&applied_work, &outcomes, &ctx).await;
 
-        let reports: Vec<ManifestReport> = outcomes
-            .iter()
-            .map(|o| ManifestReport {
+        let mut reports = Vec::with_capacity(outcomes.len());
+        // A workload waiting for its pods: their states are not watched, so they are read
+        // again soon (a pod stuck pulling its image changes nothing the agent watches).
+        let mut pods_pending = false;
+        for o in &outcomes {
+            let readiness = match &o.result {
+                Ok(applied) => {
+                    let readiness = availability::readiness(&applied.object);
+                    if matches!(readiness, availability::Readiness::NotReady(_))
+                        && availability::pod_selector(&applied.object).is_some()
+                    {
+                        pods_pending = true;
+                    }
+                    Ok(with_pod_problems(readiness, &applied.object, &ctx).await)
+                }
+                Err(e) => Err(e.clone()),
+            };
+            reports.push(ManifestReport {
                 refusal: o.refusal,
                 drift: o.drift.clone(),
                 correction: o.correction.clone(),
                 hash: o.hash.clone(),
-                ..ManifestReport::new(
-                    o.identifier.clone(),
-                    o.result
-                        .as_ref()
-                        .map(|a| availability::readiness(&a.object))
-                        .map_err(Clone::clone),
-                )
-            })
-            .collect();
+                ..ManifestReport::new(o.identifier.clone(), readiness)
+            });
+        }
         let plan = work_status::plan(&StatusInput {
             previous: work.status.as_ref(),
             generation: work.metadata.generation,
@@ -350,8 +360,13 @@ async fn reconcile(work: Arc<Work>, ctx: Arc<Context>) -> Result<Action, Error> 
         ctx.metrics.reconciled(true);
         let next = if plan.applied {
             ctx.failures.succeeded(&key);
-            plan.recheck_after
-                .map_or(ctx.resync_period, |d| d.min(ctx.resync_period))
+            let next = plan
+                .recheck_after
+                .map_or(ctx.resync_period, |d| d.min(ctx.resync_period));
+            match plan.recheck_after {
+                Some(_) if pods_pending => next.min(POD_STATE_RECHECK),
+                _ => next,
+            }
         } else {
             ctx.failures.failed_with(key.clone(), APPLY_RETRY)
         };
@@ -384,6 +399,50 @@ async fn current_work(work: Arc<Work>, ctx: &Context) -> Result<Option<Arc<Work>
                 Arc::new(w)
             }))
         }
+    }
+}
+
+/// How soon a Work whose workloads wait for their pods is looked at again (see
+/// [`with_pod_problems`]).
+const POD_STATE_RECHECK: Duration = Duration::from_secs(5);
+
+/// A workload that is not ready says why its pods are not (the image and state of a stuck
+/// container, an unschedulable pod), read from the member's pods. A failed read leaves the
+/// message as it was: the workload's own status still says what is missing.
+async fn with_pod_problems(
+    readiness: availability::Readiness,
+    object: &Value,
+    ctx: &Context,
+) -> availability::Readiness {
+    let availability::Readiness::NotReady(message) = readiness else {
+        return readiness;
+    };
+    let (Some(selector), Some(ns)) = (
+        availability::pod_selector(object),
+        object["metadata"]["namespace"].as_str(),
+    ) else {
+        return availability::Readiness::NotReady(message);
+    };
+    let pods: Api<Pod> = Api::namespaced(ctx.member.clone(), ns);
+    ctx.metrics.object_read();
+    let problems = match pods.list(&ListParams::default().labels(&selector)).await {
+        Ok(list) => {
+            let values: Vec<Value> = list
+                .items
+                .iter()
+                .filter_map(|p| serde_json::to_value(p).ok())
+                .collect();
+            availability::pod_problems(&values)
+        }
+        Err(e) => {
+            tracing::debug!(namespace = ns, %selector, error = %e, "cannot read the pods of a workload that is not ready");
+            Vec::new()
+        }
+    };
+    if problems.is_empty() {
+        availability::Readiness::NotReady(message)
+    } else {
+        availability::Readiness::NotReady(format!("{message} ({})", problems.join("; ")))
     }
 }
 

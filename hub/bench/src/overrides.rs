@@ -18,6 +18,7 @@ use fleethub_crds::override_apply::{self, ClusterInfo};
 use fleethub_crds::overrides::{
     ResourceOverride, ResourceOverrideSnapshot, ResourceOverrideSnapshotSpec, ResourceOverrideSpec,
 };
+use fleethub_crds::{Work, names};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -295,7 +296,57 @@ impl Bench {
             "hub CPU per cluster {:.2} ms",
             s.hub.cpu_seconds * 1e3 / clusters.len() as f64
         ));
+        // What each member's Work weighs: the hub's memory, and the API server's work, grow
+        // with it (the ResourceOverrides once went into every Work with their namespace).
+        if let Some(cluster) = clusters.first() {
+            let works: Api<Work> =
+                Api::namespaced(self.client.clone(), &names::member_namespace(cluster));
+            if let Ok(work) = works.get(&names::work_name(placement)).await {
+                s.notes.push(format!(
+                    "{cluster}'s Work: {} manifests ({}), {:.1} KB as JSON",
+                    work.spec.workload.manifests.len(),
+                    kinds(&work.spec.workload.manifests),
+                    serde_json::to_vec(&work).map_or(0, |v| v.len()) as f64 / 1e3,
+                ));
+            }
+        }
         self.report(s);
         Ok(())
+    }
+}
+
+/// `Kind ×N` for each kind among `manifests`, in the order they first appear.
+fn kinds(manifests: &[Value]) -> String {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for kind in manifests.iter().map(|m| m["kind"].as_str().unwrap_or("?")) {
+        match counts.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((kind, 1)),
+        }
+    }
+    counts
+        .iter()
+        .map(|(k, n)| format!("{k} ×{n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn kinds_are_counted_in_order_of_appearance() {
+        let m = |kind: &str| json!({"kind": kind});
+        assert_eq!(
+            super::kinds(&[
+                m("Namespace"),
+                m("ConfigMap"),
+                m("ResourceOverride"),
+                m("ConfigMap")
+            ]),
+            "Namespace ×1, ConfigMap ×2, ResourceOverride ×1"
+        );
+        assert_eq!(super::kinds(&[]), "");
     }
 }

@@ -165,7 +165,7 @@ mod tests {
     #[test]
     fn default_image_comes_from_the_kustomization() {
         let image = default_image().unwrap();
-        assert!(image.starts_with("fleethub/member-agent:"), "{image}");
+        assert!(image.starts_with("fleethub-member-agent:"), "{image}");
         let objs = objects("m", "", None).unwrap();
         let deploy = objs.iter().find(|o| o["kind"] == "Deployment").unwrap();
         assert_eq!(

@@ -38,7 +38,7 @@ const EXAMPLES: &str = "Examples:
   kubectl fleet autoupdates; kubectl fleet autoupdate web
   kubectl fleet autoupdate check web; kubectl fleet autoupdate reset web
   kubectl fleet join prod-eu-1 --member-kubeconfig prod-eu-1.kubeconfig -l environment=production \\
-      --hub-server https://hub.example.com:6443 --agent-image registry.example.com/fleethub/member-agent:0.1.0
+      --hub-server https://hub.example.com:6443 --agent-image registry.example.com/fleethub-member-agent:0.1.0
   kubectl fleet unjoin prod-eu-1 --member-kubeconfig prod-eu-1.kubeconfig";
 
 /// fleethub's kubectl plugin: follow and steer staged rollouts, approve their gates, and add or

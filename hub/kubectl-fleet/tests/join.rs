@@ -537,7 +537,7 @@ async fn the_kustomize_base_passes_a_server_side_dry_run() {
     );
     let text = String::from_utf8_lossy(&built.stdout);
     assert!(
-        text.contains("image: fleethub/member-agent:0.1.0"),
+        text.contains("image: fleethub-member-agent:0.1.0"),
         "{text}"
     );
     // Namespaced objects need their namespace to exist even for a dry run: the test makes it,

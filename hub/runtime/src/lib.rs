@@ -131,6 +131,27 @@ where
     touched_after_sync(reflected_events(api, config, writer))
 }
 
+/// Like [`reflected_stream`], with `slim` applied to every object before the store holds it
+/// (and before it is passed on): a cache keeps only what its reconciles read. A Work's
+/// manifests, for one, are most of its size, and parsed into JSON values they take about 14
+/// times their size in memory; a cache of 1,000 Works of 40 KB each held 535 MiB of them.
+pub fn slim_reflected_stream<K>(
+    api: kube::Api<K>,
+    writer: kube::runtime::reflector::store::Writer<K>,
+    slim: impl FnMut(&mut K) + Send + 'static,
+) -> impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static
+where
+    K: Watched,
+{
+    use kube::runtime::WatchStreamExt;
+    touched_after_sync(
+        kube::runtime::watcher(api, watcher_config())
+            .backoff(watch_backoff())
+            .modify(slim)
+            .reflect(writer),
+    )
+}
+
 /// `api`'s watch events with `config` and [`watch_backoff`], each applied to `writer`'s store
 /// before it is passed on.
 fn reflected_events<K: Watched>(

@@ -384,7 +384,10 @@ async fn read_placement(
         .map(|r| r.name_any())
         .collect();
     let settled = behind.is_empty() && active.is_empty();
-    let all_available = !status.placement_statuses.is_empty()
+    // The placement's own roll-up: every selected cluster runs the latest snapshot and is
+    // available (its per-cluster list is capped on large fleets).
+    let all_available = status.selected_cluster_count.unwrap_or_default() > 0
+        && is_true(&status.conditions, AVAILABLE)
         && status
             .placement_statuses
             .iter()

@@ -735,3 +735,62 @@ fn roll_up_names_the_clusters_that_differ_from_the_hub() {
     assert_eq!(status.drifted_cluster_count, Some(0));
     assert_eq!(cond(&status.conditions, DRIFTED).1, "InSync");
 }
+
+#[test]
+fn a_large_placement_lists_only_the_clusters_that_need_attention() {
+    let fine = |c: &str| {
+        binding(
+            c,
+            BindingState::Bound,
+            Some(2),
+            Some("r1"),
+            vec![
+                report(APPLIED, true, "applied"),
+                report(AVAILABLE, true, "ready"),
+            ],
+        )
+    };
+    let mut selected: Vec<String> = (0..150).map(|i| format!("m{i:03}")).collect();
+    let mut bindings: Vec<Arc<Binding>> = selected.iter().map(|c| fine(c)).collect();
+    // One behind, one not available.
+    bindings[7] = binding("m007", BindingState::Bound, Some(1), None, vec![]);
+    bindings[90] = binding(
+        "m090",
+        BindingState::Bound,
+        Some(2),
+        Some("r1"),
+        vec![
+            report(APPLIED, true, "applied"),
+            report(AVAILABLE, false, "0/3 replicas ready"),
+        ],
+    );
+    let mut status = fleethub_crds::placement::PlacementStatus::default();
+    let roll = |status: &mut fleethub_crds::placement::PlacementStatus, selected: &[String]| {
+        roll_up(
+            status,
+            &bindings,
+            selected,
+            Some(2),
+            RolloutStrategyType::External,
+            t(5),
+            Some(1),
+        )
+    };
+    roll(&mut status, &selected);
+    let listed: Vec<&str> = status
+        .placement_statuses
+        .iter()
+        .map(|c| c.cluster_name.as_str())
+        .collect();
+    assert_eq!(listed, ["m007", "m090"]);
+    assert_eq!(status.omitted_placement_status_count, Some(148));
+    assert_eq!(
+        cond(&status.conditions, AVAILABLE).2,
+        "148/150 clusters run the latest resource snapshot (2) and are available"
+    );
+    // At most 100 clusters: every one is listed.
+    selected.truncate(100);
+    roll(&mut status, &selected);
+    assert_eq!(status.placement_statuses.len(), 100);
+    assert_eq!(status.omitted_placement_status_count, None);
+}

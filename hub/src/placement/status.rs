@@ -7,8 +7,8 @@ use fleethub_crds::binding::BindingState;
 use fleethub_crds::conditions::{FALSE, NewCondition, TRUE, find, set_condition};
 use fleethub_crds::drift::{self, DRIFTED};
 use fleethub_crds::placement::{
-    APPLIED, AVAILABLE, ClusterPlacementStatus, PlacementStatus, ROLLOUT_STARTED,
-    RolloutStrategyType, SCHEDULED, reason,
+    APPLIED, AVAILABLE, ClusterPlacementStatus, MAX_PLACEMENT_STATUSES, PlacementStatus,
+    ROLLOUT_STARTED, RolloutStrategyType, SCHEDULED, reason,
 };
 use fleethub_crds::{Binding, Placement};
 use jiff::Timestamp;
@@ -94,6 +94,8 @@ pub fn roll_up(
     generation: Option<i64>,
 ) {
     let mut per_cluster = Vec::new();
+    // Whether each cluster needs attention: listed first when the list is capped.
+    let mut attention = Vec::new();
     let (mut applied, mut available) = (0, 0);
     let mut drifted: Vec<String> = Vec::new();
     for cluster in selected {
@@ -129,6 +131,7 @@ pub fn roll_up(
             reason::ROLLOUT_NOT_STARTED
         };
         set_condition(&mut conds, c(ROLLOUT_STARTED, started, why, message), now);
+        let mut fine = index.is_some() && index == latest;
         for type_ in [APPLIED, AVAILABLE] {
             let reported = binding
                 .and_then(|b| b.status.as_ref())
@@ -141,6 +144,7 @@ pub fn roll_up(
                 reason::NOT_YET
             };
             set_condition(&mut conds, c(type_, ok, why, message), now);
+            fine &= ok;
             if ok && type_ == APPLIED {
                 applied += 1;
             }
@@ -176,6 +180,7 @@ pub fn roll_up(
                 if count == Some(1) { "" } else { "s" }
             ));
         }
+        attention.push(!fine || differs);
         per_cluster.push(ClusterPlacementStatus {
             cluster_name: cluster.clone(),
             resource_snapshot_index: index,
@@ -184,6 +189,17 @@ pub fn roll_up(
             drifted_object_count: count,
         });
     }
+    let all = per_cluster.len();
+    if all > MAX_PLACEMENT_STATUSES {
+        per_cluster = per_cluster
+            .into_iter()
+            .zip(attention)
+            .filter_map(|(c, needs)| needs.then_some(c))
+            .take(MAX_PLACEMENT_STATUSES)
+            .collect();
+    }
+    status.omitted_placement_status_count =
+        (per_cluster.len() < all).then(|| (all - per_cluster.len()) as i32);
     status.placement_statuses = per_cluster;
     status.drifted_cluster_count = Some(drifted.len() as i32);
     let n = selected.len();

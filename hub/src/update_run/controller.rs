@@ -31,6 +31,12 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
+mod act;
+mod observe;
+
+use act::act;
+use observe::{look_up, observe, query};
+
 use super::plan::{
     self, Action, ApprovalView, BindingView, MetricKey, MetricQuery, Observed, Plan, QueryOutcome,
     SiblingRun, WorkView,
@@ -157,8 +163,11 @@ pub async fn run(
     let (members, members_writer) = reflector::store::<MemberCluster>();
     let (placements, placements_writer) = reflector::store::<Placement>();
 
-    let work_stream =
-        fleethub_runtime::reflected_stream(Api::<Work>::all(client.clone()), works_writer);
+    let work_stream = fleethub_runtime::slim_reflected_stream(
+        Api::<Work>::all(client.clone()),
+        works_writer,
+        plan::slim_work,
+    );
     let binding_stream =
         fleethub_runtime::reflected_stream(Api::<Binding>::all(client.clone()), bindings_writer);
     let approval_stream = fleethub_runtime::reflected_stream(
@@ -195,6 +204,7 @@ pub async fn run(
     let for_binding = by_placement(runs.clone());
     let for_run = by_placement(runs.clone());
     let for_placement = by_placement(runs.clone());
+    let placements_seen = placements.clone();
     // A member's health matters to the runs waiting for it to become healthy (their turn came
     // while it was not); every other run reads members only when it plans.
     let waiting_for_member = {
@@ -244,7 +254,17 @@ pub async fn run(
     controller
         .watches_stream(member_stream, waiting_for_member)
         .watches_stream(placement_stream, move |p: Placement| {
-            for_placement(&p.name_any())
+            // Only a deletion concerns a run after it initialized (its status changes often,
+            // and runs read placements only when they start). The store already holds the
+            // change: a deleted placement is gone from it.
+            let name = p.name_any();
+            let deleted = p.metadata.deletion_timestamp.is_some()
+                || placements_seen.get(&ObjectRef::new(&name)).is_none();
+            if deleted {
+                for_placement(&name)
+            } else {
+                Vec::new()
+            }
         })
         .watches_stream(work_stream, move |w: Work| for_work(&w.spec.placement_name))
         .watches_stream(binding_stream, move |b: Binding| {
@@ -349,363 +369,6 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
     }
     act(&ctx, &run, &plan.actions).await?;
     report(&ctx, &run, &plan).await
-}
-
-/// What a run reads from the API server only until it is initialized (afterwards its status
-/// holds the frozen copy), and whether its placement still exists afterwards.
-struct Lookups {
-    strategy: Option<StagedUpdateStrategy>,
-    placement: Option<Placement>,
-    placement_deleted: bool,
-    snapshot_exists: bool,
-    override_snapshots: OverrideSnapshots,
-}
-
-async fn look_up(ctx: &Context, run: &UpdateRun) -> Result<Lookups, Error> {
-    let initialized = run
-        .status
-        .as_ref()
-        .is_some_and(|s| is_true(&s.conditions, fleethub_crds::update_run::INITIALIZED));
-    let placement_name = &run.spec.placement_name;
-    let placements: Api<Placement> = Api::all(ctx.client.clone());
-    if initialized {
-        // The cache says whether the placement is still there; a cache that says it is gone is
-        // asked again (it may lag a re-created placement), a deleted placement is never assumed.
-        let gone =
-            |p: Option<&Placement>| p.is_none_or(|p| p.metadata.deletion_timestamp.is_some());
-        let mut placement_deleted = gone(
-            ctx.placements
-                .get(&ObjectRef::new(placement_name))
-                .as_deref(),
-        );
-        if placement_deleted {
-            placement_deleted = gone(placements.get_opt(placement_name).await?.as_ref());
-        }
-        return Ok(Lookups {
-            strategy: None,
-            placement: None,
-            placement_deleted,
-            snapshot_exists: true,
-            override_snapshots: OverrideSnapshots::default(),
-        });
-    }
-    let strategies: Api<StagedUpdateStrategy> = Api::all(ctx.client.clone());
-    let snapshots: Api<ResourceSnapshot> = Api::all(ctx.client.clone());
-    let placement = placements.get_opt(placement_name).await?;
-    let index = match run.snapshot_index() {
-        Some(parsed) => parsed.ok(), // the planner refuses an unreadable index itself
-        None => latest_index(placement.as_ref()),
-    };
-    let snapshot_exists = match index {
-        Some(index) => {
-            let snapshot = names::resource_snapshot_name(placement_name, index.max(0) as u64);
-            snapshots
-                .get_opt(&snapshot)
-                .await?
-                .is_some_and(|s| &s.spec.placement_name == placement_name)
-        }
-        None => false,
-    };
-    Ok(Lookups {
-        strategy: strategies
-            .get_opt(&run.spec.staged_rollout_strategy_name)
-            .await?,
-        placement,
-        placement_deleted: false,
-        snapshot_exists,
-        override_snapshots: newest_override_snapshots(ctx, placement_name).await?,
-    })
-}
-
-/// The placement's latest resource snapshot index, as its status says.
-fn latest_index(placement: Option<&Placement>) -> Option<i64> {
-    placement?.status.as_ref()?.latest_resource_snapshot_index
-}
-
-/// The newest snapshot of every override that may apply to `placement` (limited to it, or to
-/// no placement), as a run fixes them when it starts.
-async fn newest_override_snapshots(
-    ctx: &Context,
-    placement: &str,
-) -> Result<OverrideSnapshots, Error> {
-    let allows = |p: &Option<fleethub_crds::overrides::PlacementRef>| {
-        p.as_ref().is_none_or(|p| p.name == placement)
-    };
-    let cluster = Api::<ClusterResourceOverrideSnapshot>::all(ctx.client.clone())
-        .list(&Default::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|s| allows(&s.spec.override_spec.placement));
-    let namespaced = Api::<ResourceOverrideSnapshot>::all(ctx.client.clone())
-        .list(&Default::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|s| allows(&s.spec.override_spec.placement));
-    Ok(override_apply::choose(None, cluster, namespaced).names())
-}
-
-/// Everything the planner looks at, from the lookups and the caches.
-fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookups) -> Observed<'a> {
-    let placement = &run.spec.placement_name;
-    let name = run.name_any();
-    let members = ctx.members.state();
-    Observed {
-        run,
-        override_snapshots: lookups.override_snapshots.clone(),
-        strategy: lookups.strategy.as_ref().map(|s| &s.spec),
-        placement: lookups.placement.as_ref(),
-        placement_deleted: lookups.placement_deleted,
-        latest_snapshot_index: latest_index(lookups.placement.as_ref()),
-        snapshot_exists: lookups.snapshot_exists,
-        cluster_labels: members
-            .iter()
-            .map(|m| (m.name_any(), m.labels().clone()))
-            .collect(),
-        down_members: members
-            .iter()
-            .filter(|m| {
-                m.status
-                    .as_ref()
-                    .and_then(|s| find(&s.conditions, HEALTHY))
-                    .is_some_and(|c| c.status == fleethub_crds::conditions::FALSE)
-            })
-            .map(|m| m.name_any())
-            .collect(),
-        unhealthy_members: members
-            .iter()
-            .filter_map(|m| {
-                let healthy = find(&m.status.as_ref()?.conditions, HEALTHY)?;
-                (healthy.status != TRUE).then(|| (m.name_any(), healthy.message.clone()))
-            })
-            .collect(),
-        bindings: ctx
-            .bindings
-            .state()
-            .iter()
-            .filter(|b| {
-                &b.spec.placement_name == placement && b.metadata.deletion_timestamp.is_none()
-            })
-            .map(|b| BindingView::from_binding(b))
-            .collect(),
-        works: ctx
-            .works
-            .state()
-            .iter()
-            .filter(|w| &w.spec.placement_name == placement)
-            .filter_map(|w| {
-                let cluster = names::cluster_of_namespace(w.metadata.namespace.as_deref()?)?;
-                Some((cluster.to_string(), WorkView::from_work(w)))
-            })
-            .collect(),
-        approvals: ctx
-            .approvals
-            .state()
-            .iter()
-            .filter(|a| a.spec.parent_stage_rollout == name)
-            .map(|a| (a.name_any(), ApprovalView::from_request(a)))
-            .collect(),
-        siblings: ctx
-            .runs
-            .state()
-            .iter()
-            .filter(|r| &r.spec.placement_name == placement)
-            .map(|r| SiblingRun::of(r))
-            .collect(),
-        metric_results: BTreeMap::new(),
-        now: ctx.clock.now(),
-    }
-}
-
-/// Makes the metric checks' queries, together.
-async fn query(ctx: &Context, queries: &[MetricQuery]) -> BTreeMap<MetricKey, QueryOutcome> {
-    let asks = queries.iter().map(|q| async move {
-        let outcome = match &q.secret {
-            None => ctx.prometheus.query(&q.url, &q.query).await,
-            Some(name) => match credentials(&ctx.secrets, name).await {
-                Ok(auth) => ctx.prometheus.query_with(&q.url, &q.query, Some(&auth)).await,
-                Err(e) => QueryOutcome::Error(e),
-            },
-        };
-        let result = match &outcome {
-            QueryOutcome::Data(_) => "pass",
-            QueryOutcome::NoData => "no-data",
-            QueryOutcome::Error(e) => {
-                tracing::info!(stage = %q.key.stage, url = %q.url, error = %e, "metric check failed");
-                "error"
-            }
-        };
-        ctx.metrics.count_metric_check(result);
-        (q.key.clone(), outcome)
-    });
-    futures::future::join_all(asks).await.into_iter().collect()
-}
-
-/// A metric check's credentials from Secret `name`; the error names the Secret (never a
-/// value), and fails the check instead of passing it.
-async fn credentials(secrets: &Api<Secret>, name: &str) -> Result<Auth, String> {
-    let ns = secrets.namespace().unwrap_or_default();
-    match secrets.get_opt(name).await {
-        Ok(Some(secret)) => {
-            Auth::from_secret(&secret).map_err(|e| format!("Secret {ns}/{name} {e}"))
-        }
-        Ok(None) => Err(format!(
-            "Secret {ns}/{name} (metricCheck.secretRef) not found"
-        )),
-        Err(e) => Err(format!(
-            "cannot read Secret {ns}/{name} (metricCheck.secretRef): {e}"
-        )),
-    }
-}
-
-/// Performs the plan's writes in order; clusters a plan starts together are bound together.
-async fn act(ctx: &Context, run: &UpdateRun, actions: &[Action]) -> Result<(), Error> {
-    let mut actions = actions.iter().peekable();
-    while let Some(action) = actions.next() {
-        if !matches!(action, Action::Bind { .. }) {
-            perform(ctx, run, action).await?;
-            continue;
-        }
-        let mut binds = vec![action];
-        while let Some(next) = actions.next_if(|a| matches!(a, Action::Bind { .. })) {
-            binds.push(next);
-        }
-        for chunk in binds.chunks(BIND_CONCURRENCY) {
-            let writes = chunk.iter().map(|a| perform(ctx, run, a));
-            futures::future::join_all(writes)
-                .await
-                .into_iter()
-                .collect::<Result<Vec<()>, Error>>()?;
-        }
-    }
-    Ok(())
-}
-
-async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), Error> {
-    let run_name = run.name_any();
-    let placement = &run.spec.placement_name;
-    let apply = PatchParams::apply(FIELD_MANAGER).force();
-    match action {
-        Action::Bind {
-            cluster,
-            resource_version,
-            index,
-            overrides: frozen,
-        } => {
-            let spec = BindingSpec {
-                placement_name: placement.clone(),
-                target_cluster: cluster.clone(),
-                state: BindingState::Bound,
-                resource_snapshot_index: Some(*index),
-                update_run_name: Some(run_name),
-                health_timeout: run.spec.health_timeout.clone(),
-                cluster_resource_override_snapshots: frozen
-                    .cluster_resource_override_snapshots
-                    .clone(),
-                resource_override_snapshots: frozen.resource_override_snapshots.clone(),
-            };
-            bind(
-                ctx,
-                &names::binding_name(placement, cluster),
-                &spec,
-                resource_version,
-            )
-            .await?;
-        }
-        Action::CreateApproval { name, stage } => {
-            let approvals: Api<ApprovalRequest> = Api::all(ctx.client.clone());
-            let mut request = ApprovalRequest::new(
-                name,
-                ApprovalRequestSpec {
-                    parent_stage_rollout: run_name.clone(),
-                    target_stage: stage.clone(),
-                },
-            );
-            request.metadata.labels = Some(BTreeMap::from([
-                (names::UPDATE_RUN_LABEL.to_string(), run_name.clone()),
-                (names::STAGE_LABEL.to_string(), stage.clone()),
-            ]));
-            // Deleting the run deletes its approval requests.
-            request.metadata.owner_references = run.controller_owner_ref(&()).map(|o| vec![o]);
-            ok_if(
-                approvals.create(&PostParams::default(), &request).await,
-                EXISTS,
-            )?;
-        }
-        Action::AcceptApproval { name } => {
-            let approvals: Api<ApprovalRequest> = Api::all(ctx.client.clone());
-            let status = ApprovalRequestStatus {
-                conditions: vec![Condition {
-                    type_: approval::APPROVAL_ACCEPTED.to_string(),
-                    status: TRUE.to_string(),
-                    reason: approval::ACCEPTED_REASON.to_string(),
-                    message: format!("UpdateRun {run_name} accepted the approval and moves on"),
-                    last_transition_time: Time(ctx.clock.now()),
-                    observed_generation: None,
-                }],
-            };
-            let body = StatusApply::new::<ApprovalRequest>(name, None, &status);
-            approvals
-                .patch_status(name, &apply, &Patch::Apply(&body))
-                .await?;
-        }
-        Action::Unbind { cluster } => {
-            let bindings: Api<Binding> = Api::all(ctx.client.clone());
-            let name = names::binding_name(placement, cluster);
-            ok_if(bindings.delete(&name, &Default::default()).await, GONE)?;
-        }
-    }
-    Ok(())
-}
-
-/// Points an existing Binding at the run's snapshot, only if it is still the one the plan saw
-/// (`resource_version`) or, read again after a conflict, still selects its cluster. A merge
-/// patch, not an apply: it never creates a Binding (a placement deleted meanwhile, or a cluster
-/// that left, stays unbound), and the resourceVersion makes a Binding the placement marked
-/// Unscheduled meanwhile a conflict instead of a fight. Not bound: the next plan sees why.
-async fn bind(
-    ctx: &Context,
-    name: &str,
-    spec: &BindingSpec,
-    resource_version: &str,
-) -> Result<(), Error> {
-    let bindings: Api<Binding> = Api::all(ctx.client.clone());
-    // Every field the run sets, absent ones as null so they are cleared.
-    let spec_json = serde_json::json!({
-        "state": spec.state,
-        "resourceSnapshotIndex": spec.resource_snapshot_index,
-        "updateRunName": spec.update_run_name,
-        "healthTimeout": spec.health_timeout,
-        "clusterResourceOverrideSnapshots": spec.cluster_resource_override_snapshots,
-        "resourceOverrideSnapshots": spec.resource_override_snapshots,
-    });
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
-        ..Default::default()
-    };
-    let mut version = resource_version.to_string();
-    for attempt in 0..2 {
-        let body = serde_json::json!({
-            "metadata": {"resourceVersion": version},
-            "spec": spec_json,
-        });
-        match bindings.patch(name, &params, &Patch::Merge(&body)).await {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(s)) if s.code == GONE => return Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 && attempt == 0 => {}
-            Err(e) => return Err(e.into()),
-        }
-        // Changed since the plan looked (its status, most often): bind it if it still
-        // selects the cluster.
-        match bindings.get_opt(name).await? {
-            Some(b) if b.spec.state != BindingState::Unscheduled => {
-                version = b.metadata.resource_version.unwrap_or_default();
-            }
-            _ => return Ok(()),
-        }
-    }
-    Ok(())
 }
 
 /// Writes the run's new status (if it changed), publishes the plan's events, observes the

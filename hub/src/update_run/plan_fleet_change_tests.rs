@@ -122,13 +122,7 @@ fn a_cluster_that_leaves_while_updating_keeps_its_outcome_and_is_not_started_aga
 fn a_failed_cluster_that_leaves_no_longer_blocks_the_run() {
     let mut w = World::new();
     w.step();
-    let work = w.works.get_mut("stage-a").unwrap();
-    work.applied = Some(ConditionView {
-        status: "False".into(),
-        reason: "ApplyFailed".into(),
-        message: "denied".into(),
-        observed_generation: work.generation,
-    });
+    w.member_apply_failed("stage-a", "denied");
     assert_eq!(
         run_condition(&w.step(), PROGRESSING).1,
         "ClusterUpdateFailed"
@@ -252,24 +246,12 @@ fn max_failed_clusters_passes_over_an_unhealthy_member_and_tolerates_failures_up
     );
     assert_eq!(binds(&p), ["prod-a"]);
     // prod-a fails: the second of two allowed; prod-b goes on.
-    let work = w.works.get_mut("prod-a").unwrap();
-    work.applied = Some(ConditionView {
-        status: "False".into(),
-        reason: "ApplyFailed".into(),
-        message: "denied".into(),
-        observed_generation: work.generation,
-    });
+    w.member_apply_failed("prod-a", "denied");
     let p = w.step();
     assert_eq!(binds(&p), ["prod-b"]);
     assert_eq!(run_condition(&p, PROGRESSING).0, "True");
     // prod-b fails too: past the budget, the run stops and says so.
-    let work = w.works.get_mut("prod-b").unwrap();
-    work.applied = Some(ConditionView {
-        status: "False".into(),
-        reason: "ApplyFailed".into(),
-        message: "denied".into(),
-        observed_generation: work.generation,
-    });
+    w.member_apply_failed("prod-b", "denied");
     let p = w.step();
     let (_, why, message) = run_condition(&p, PROGRESSING);
     assert_eq!(why, "ClusterUpdateFailed");

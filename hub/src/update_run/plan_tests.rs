@@ -247,6 +247,17 @@ impl World {
         w.applied_index = Some(w.index);
     }
 
+    /// The member of `cluster` reports that it could not apply its Work.
+    fn member_apply_failed(&mut self, cluster: &str, message: &str) {
+        let w = self.works.get_mut(cluster).unwrap();
+        w.applied = Some(ConditionView {
+            status: "False".into(),
+            reason: "ApplyFailed".into(),
+            message: message.into(),
+            observed_generation: w.generation,
+        });
+    }
+
     fn approve(&mut self, name: &str) {
         self.approvals.get_mut(name).unwrap().approved = true;
     }
@@ -651,13 +662,10 @@ fn the_three_stage_journey_respects_order_concurrency_and_gates() {
 fn a_failed_cluster_stops_the_run_until_it_recovers() {
     let mut w = World::new();
     w.step();
-    let work = w.works.get_mut("stage-a").unwrap();
-    work.applied = Some(ConditionView {
-        status: "False".into(),
-        reason: "ApplyFailed".into(),
-        message: "deployment app/web: admission webhook denied the request".into(),
-        observed_generation: work.generation,
-    });
+    w.member_apply_failed(
+        "stage-a",
+        "deployment app/web: admission webhook denied the request",
+    );
     let p = w.step();
     let (status, reason, message) = run_condition(&p, PROGRESSING);
     assert_eq!(
@@ -1007,3 +1015,53 @@ mod gates;
 
 #[path = "plan_fleet_change_tests.rs"]
 mod fleet_changes;
+
+#[test]
+fn the_run_controllers_cache_of_works_keeps_what_the_planner_reads() {
+    let condition = |type_: &str| {
+        json!({"type": type_, "status": "True", "reason": "R", "message": type_,
+               "observedGeneration": 4, "lastTransitionTime": "2027-01-15T08:00:00Z"})
+    };
+    let manifests: Vec<serde_json::Value> = (0..20)
+        .map(|i| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": format!("c{i}"), "namespace": "app"},
+                        "data": {"k": "v".repeat(1000)}})
+        })
+        .collect();
+    let full: fleethub_crds::Work = serde_json::from_value(json!({
+        "apiVersion": "fleethub.dev/v1alpha1", "kind": "Work",
+        "metadata": {"name": "web", "namespace": "fleet-member-a", "generation": 4,
+                     "annotations": {fleethub_crds::overrides::WORK_OVERRIDES_ANNOTATION: "app/o-0"},
+                     "managedFields": [{"manager": "fleethub-work-generator", "operation": "Apply",
+                                        "fieldsType": "FieldsV1",
+                                        "fieldsV1": {"f:spec": {"f:workload": {}}}}]},
+        "spec": {"placementName": "web", "resourceSnapshotIndex": 3,
+                 "workload": {"manifests": manifests}},
+        "status": {"conditions": [condition("Applied"), condition("Available")],
+                   "appliedResourceSnapshotIndex": 3,
+                   "manifestConditions": [{"identifier": {"ordinal": 0, "version": "v1",
+                                                          "kind": "ConfigMap", "name": "c0"},
+                                           "conditions": [condition("Applied")]}]},
+    }))
+    .unwrap();
+    let mut cached = full.clone();
+    slim_work(&mut cached);
+    assert!(cached.spec.workload.manifests.is_empty());
+    assert!(cached.metadata.managed_fields.is_none());
+    assert!(
+        cached
+            .status
+            .as_ref()
+            .unwrap()
+            .manifest_conditions
+            .is_empty()
+    );
+    let view = WorkView::from_work(&cached);
+    assert_eq!(view, WorkView::from_work(&full));
+    assert_eq!(
+        (view.index, view.applied_index, view.overrides.as_deref()),
+        (3, Some(3), Some("app/o-0"))
+    );
+    assert!(view.applied.is_some() && view.available.is_some());
+}

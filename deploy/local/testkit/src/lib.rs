@@ -37,6 +37,8 @@ pub use exporter::{Sample, TestGauge};
 mod registry;
 pub use registry::{RegistryRepo, Unready};
 
+mod incluster;
+
 /// Errors of the test kit.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -114,6 +116,12 @@ impl Fleet {
             .args(["up", "--owner-pid", &std::process::id().to_string()])
             .env("FLEET_DIR", &dir)
             .env("FLEET_PORT_BASE", base.to_string())
+            // A private fleet has no in-cluster fleet (real nodes, base+400..): its ports would
+            // meet the next private fleet's (bases 200 apart), and it is heavy. Its tests skip.
+            .env(
+                "FLEET_REAL_MEMBERS",
+                std::env::var("FLEET_REAL_MEMBERS").unwrap_or_else(|_| "0".into()),
+            )
             .output()
             .map_err(|e| Error::Fleet(format!("cannot run deploy/local/fleet: {e}")))?;
         if !out.status.success() {
@@ -261,7 +269,7 @@ fn free_port_base() -> Option<u16> {
         })
 }
 
-async fn client(path: &Path) -> Result<Client, Error> {
+pub(crate) async fn client(path: &Path) -> Result<Client, Error> {
     let err = |e: &dyn std::fmt::Display| Error::Kubeconfig(path.to_path_buf(), e.to_string());
     let kc = Kubeconfig::read_from(path).map_err(|e| err(&e))?;
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())

@@ -1,0 +1,36 @@
+//! The in-cluster fleet, from a test's side: `real-hub` (fleethub installed from `deploy/` as
+//! pods on a real node) and its members `real-1` … `real-N` (a real node each, the agent a pod
+//! installed by `kubectl fleet join`). See deploy/local/README.md ("The in-cluster fleet").
+//!
+//! Pods and ClusterIPs of the real clusters are routed from the host, so a test reaches them
+//! with plain HTTP ([`crate::http_get`]).
+
+use kube::Client;
+
+use crate::{Error, Fleet, client};
+
+impl Fleet {
+    /// How many members the in-cluster fleet has (0: the fleet runs without real nodes).
+    pub fn real_member_count(&self) -> usize {
+        self.env_setting("FLEET_REAL_MEMBERS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// An admin client for `real-hub`, the hub cluster whose fleethub runs as pods.
+    pub async fn real_hub(&self) -> Result<Client, Error> {
+        client(&self.kubeconfig("real-hub")).await
+    }
+
+    /// An admin client for real member `i` (1-based), `real-<i>`.
+    pub async fn real_member(&self, i: usize) -> Result<Client, Error> {
+        client(&self.kubeconfig(&format!("real-{i}"))).await
+    }
+
+    /// The demo app's image at `version` in the fleet's registry (`1.0.0`, `1.1.0`, the broken
+    /// `1.2.0`; deploy/local/build-images).
+    pub fn demo_image(&self, version: &str) -> Result<String, Error> {
+        Ok(format!("{}/demo:{version}", self.registry()?))
+    }
+}

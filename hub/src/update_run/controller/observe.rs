@@ -1,0 +1,216 @@
+//! What a reconcile observes: the run's lookups before it is initialized (strategy, placement,
+//! snapshot, override snapshots), the placement's existence afterwards, the caches, and the
+//! metric checks' outcomes.
+
+use super::*;
+
+/// What a run reads from the API server only until it is initialized (afterwards its status
+/// holds the frozen copy), and whether its placement still exists afterwards.
+pub(super) struct Lookups {
+    strategy: Option<StagedUpdateStrategy>,
+    placement: Option<Placement>,
+    placement_deleted: bool,
+    snapshot_exists: bool,
+    override_snapshots: OverrideSnapshots,
+}
+
+pub(super) async fn look_up(ctx: &Context, run: &UpdateRun) -> Result<Lookups, Error> {
+    let initialized = run
+        .status
+        .as_ref()
+        .is_some_and(|s| is_true(&s.conditions, fleethub_crds::update_run::INITIALIZED));
+    let placement_name = &run.spec.placement_name;
+    let placements: Api<Placement> = Api::all(ctx.client.clone());
+    if initialized {
+        // The cache says whether the placement is still there; a cache that says it is gone is
+        // asked again (it may lag a re-created placement), a deleted placement is never assumed.
+        let gone =
+            |p: Option<&Placement>| p.is_none_or(|p| p.metadata.deletion_timestamp.is_some());
+        let mut placement_deleted = gone(
+            ctx.placements
+                .get(&ObjectRef::new(placement_name))
+                .as_deref(),
+        );
+        if placement_deleted {
+            placement_deleted = gone(placements.get_opt(placement_name).await?.as_ref());
+        }
+        return Ok(Lookups {
+            strategy: None,
+            placement: None,
+            placement_deleted,
+            snapshot_exists: true,
+            override_snapshots: OverrideSnapshots::default(),
+        });
+    }
+    let strategies: Api<StagedUpdateStrategy> = Api::all(ctx.client.clone());
+    let snapshots: Api<ResourceSnapshot> = Api::all(ctx.client.clone());
+    let placement = placements.get_opt(placement_name).await?;
+    let index = match run.snapshot_index() {
+        Some(parsed) => parsed.ok(), // the planner refuses an unreadable index itself
+        None => latest_index(placement.as_ref()),
+    };
+    let snapshot_exists = match index {
+        Some(index) => {
+            let snapshot = names::resource_snapshot_name(placement_name, index.max(0) as u64);
+            snapshots
+                .get_opt(&snapshot)
+                .await?
+                .is_some_and(|s| &s.spec.placement_name == placement_name)
+        }
+        None => false,
+    };
+    Ok(Lookups {
+        strategy: strategies
+            .get_opt(&run.spec.staged_rollout_strategy_name)
+            .await?,
+        placement,
+        placement_deleted: false,
+        snapshot_exists,
+        override_snapshots: newest_override_snapshots(ctx, placement_name).await?,
+    })
+}
+
+/// The placement's latest resource snapshot index, as its status says.
+fn latest_index(placement: Option<&Placement>) -> Option<i64> {
+    placement?.status.as_ref()?.latest_resource_snapshot_index
+}
+
+/// The newest snapshot of every override that may apply to `placement` (limited to it, or to
+/// no placement), as a run fixes them when it starts.
+async fn newest_override_snapshots(
+    ctx: &Context,
+    placement: &str,
+) -> Result<OverrideSnapshots, Error> {
+    let allows = |p: &Option<fleethub_crds::overrides::PlacementRef>| {
+        p.as_ref().is_none_or(|p| p.name == placement)
+    };
+    let cluster = Api::<ClusterResourceOverrideSnapshot>::all(ctx.client.clone())
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|s| allows(&s.spec.override_spec.placement));
+    let namespaced = Api::<ResourceOverrideSnapshot>::all(ctx.client.clone())
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|s| allows(&s.spec.override_spec.placement));
+    Ok(override_apply::choose(None, cluster, namespaced).names())
+}
+
+/// Everything the planner looks at, from the lookups and the caches.
+pub(super) fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookups) -> Observed<'a> {
+    let placement = &run.spec.placement_name;
+    let name = run.name_any();
+    let members = ctx.members.state();
+    Observed {
+        run,
+        override_snapshots: lookups.override_snapshots.clone(),
+        strategy: lookups.strategy.as_ref().map(|s| &s.spec),
+        placement: lookups.placement.as_ref(),
+        placement_deleted: lookups.placement_deleted,
+        latest_snapshot_index: latest_index(lookups.placement.as_ref()),
+        snapshot_exists: lookups.snapshot_exists,
+        cluster_labels: members
+            .iter()
+            .map(|m| (m.name_any(), m.labels().clone()))
+            .collect(),
+        down_members: members
+            .iter()
+            .filter(|m| {
+                m.status
+                    .as_ref()
+                    .and_then(|s| find(&s.conditions, HEALTHY))
+                    .is_some_and(|c| c.status == fleethub_crds::conditions::FALSE)
+            })
+            .map(|m| m.name_any())
+            .collect(),
+        unhealthy_members: members
+            .iter()
+            .filter_map(|m| {
+                let healthy = find(&m.status.as_ref()?.conditions, HEALTHY)?;
+                (healthy.status != TRUE).then(|| (m.name_any(), healthy.message.clone()))
+            })
+            .collect(),
+        bindings: ctx
+            .bindings
+            .state()
+            .iter()
+            .filter(|b| {
+                &b.spec.placement_name == placement && b.metadata.deletion_timestamp.is_none()
+            })
+            .map(|b| BindingView::from_binding(b))
+            .collect(),
+        works: ctx
+            .works
+            .state()
+            .iter()
+            .filter(|w| &w.spec.placement_name == placement)
+            .filter_map(|w| {
+                let cluster = names::cluster_of_namespace(w.metadata.namespace.as_deref()?)?;
+                Some((cluster.to_string(), WorkView::from_work(w)))
+            })
+            .collect(),
+        approvals: ctx
+            .approvals
+            .state()
+            .iter()
+            .filter(|a| a.spec.parent_stage_rollout == name)
+            .map(|a| (a.name_any(), ApprovalView::from_request(a)))
+            .collect(),
+        siblings: ctx
+            .runs
+            .state()
+            .iter()
+            .filter(|r| &r.spec.placement_name == placement)
+            .map(|r| SiblingRun::of(r))
+            .collect(),
+        metric_results: BTreeMap::new(),
+        now: ctx.clock.now(),
+    }
+}
+
+/// Makes the metric checks' queries, together.
+pub(super) async fn query(
+    ctx: &Context,
+    queries: &[MetricQuery],
+) -> BTreeMap<MetricKey, QueryOutcome> {
+    let asks = queries.iter().map(|q| async move {
+        let outcome = match &q.secret {
+            None => ctx.prometheus.query(&q.url, &q.query).await,
+            Some(name) => match credentials(&ctx.secrets, name).await {
+                Ok(auth) => ctx.prometheus.query_with(&q.url, &q.query, Some(&auth)).await,
+                Err(e) => QueryOutcome::Error(e),
+            },
+        };
+        let result = match &outcome {
+            QueryOutcome::Data(_) => "pass",
+            QueryOutcome::NoData => "no-data",
+            QueryOutcome::Error(e) => {
+                tracing::info!(stage = %q.key.stage, url = %q.url, error = %e, "metric check failed");
+                "error"
+            }
+        };
+        ctx.metrics.count_metric_check(result);
+        (q.key.clone(), outcome)
+    });
+    futures::future::join_all(asks).await.into_iter().collect()
+}
+
+/// A metric check's credentials from Secret `name`; the error names the Secret (never a
+/// value), and fails the check instead of passing it.
+async fn credentials(secrets: &Api<Secret>, name: &str) -> Result<Auth, String> {
+    let ns = secrets.namespace().unwrap_or_default();
+    match secrets.get_opt(name).await {
+        Ok(Some(secret)) => {
+            Auth::from_secret(&secret).map_err(|e| format!("Secret {ns}/{name} {e}"))
+        }
+        Ok(None) => Err(format!(
+            "Secret {ns}/{name} (metricCheck.secretRef) not found"
+        )),
+        Err(e) => Err(format!(
+            "cannot read Secret {ns}/{name} (metricCheck.secretRef): {e}"
+        )),
+    }
+}
