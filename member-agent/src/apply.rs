@@ -339,7 +339,10 @@ async fn apply_one(
         tracing::info!(work = %target.work, %object, "{note}");
         correction::record(ctx, &applied, target.work, &note).await;
     }
-    let value = match serde_json::to_value(&applied) {
+    let value = serde_json::to_value(&applied);
+    // The next reconcile may come before the watch has this version (see `member_objects`).
+    ctx.objects.record(&kind, applied);
+    let value = match value {
         Ok(v) => v,
         Err(source) => {
             let e = Error::Json {

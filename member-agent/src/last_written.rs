@@ -83,9 +83,10 @@ impl<K: Resource> LastWritten<K> {
         self.lock().remove(key);
     }
 
-    /// Keeps only the writes of the objects `keep` names (the others are gone).
-    pub fn retain(&self, mut keep: impl FnMut(&str) -> bool) {
-        self.lock().retain(|k, _| keep(k));
+    /// Keeps only the writes `keep` keeps (by key and object; the others are gone, or the
+    /// caches caught up with them).
+    pub fn retain(&self, mut keep: impl FnMut(&str, &K) -> bool) {
+        self.lock().retain(|k, o| keep(k, o));
     }
 
     /// How many writes the caches have not caught up with.
@@ -213,7 +214,7 @@ mod tests {
         assert!(written.is_empty());
         written.record("c", cm("9", "mine"));
         written.record("d", cm("9", "mine"));
-        written.retain(|k| k == "d");
+        written.retain(|k, _| k == "d");
         assert_eq!(written.len(), 1);
     }
 

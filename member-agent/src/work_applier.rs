@@ -262,11 +262,12 @@ async fn sweep_orphans_periodically(ctx: Arc<Context>, works: Store<Work>) {
             continue;
         }
         // Writes of Works deleted before the cache showed them are not needed any more.
-        ctx.written_works.retain(|name| {
+        ctx.written_works.retain(|name, _| {
             works
                 .get(&ObjectRef::new(name).within(&ctx.namespace))
                 .is_some()
         });
+        ctx.objects.forget_settled();
         if let Err(e) = cleanup::sweep_orphans(&ctx, &works).await {
             tracing::warn!(namespace = %ctx.namespace, error = %e, "sweeping orphaned AppliedWorks failed; trying again later");
         }
@@ -523,7 +524,14 @@ mod tests {
             },
             ..Default::default()
         };
-        writer.apply_watcher_event(&watcher::Event::Apply(object.clone()));
+        // Listed, as a watcher lists: the controller runs nothing until its store is ready.
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(object.clone()),
+            watcher::Event::InitDone,
+        ] {
+            writer.apply_watcher_event(&event);
+        }
         let (events, triggers) = futures::channel::mpsc::unbounded();
         let starts: Arc<Mutex<Vec<Instant>>> = Arc::default();
         let controller = Controller::for_stream(

@@ -321,7 +321,7 @@ impl Bench {
                 ));
             }
         }
-        slowest.sort_by(|a, b| b.0.cmp(&a.0));
+        slowest.sort_by_key(|s| std::cmp::Reverse(s.0));
         let slowest: Vec<String> = slowest
             .iter()
             .take(3)
