@@ -206,15 +206,9 @@ async fn apply_one(
     let existing: Option<Value> = match ctx.objects.get(&kind, namespace.as_deref(), &m.name) {
         Cached::Present(v) => Some(v),
         Cached::Absent | Cached::Unknown => match read(ctx, &api, &m.name).await {
-            Ok(existing) => match existing.map(|o| serde_json::to_value(&o)).transpose() {
+            Ok(existing) => match existing.map(|o| json_of(&o, &object)).transpose() {
                 Ok(v) => v,
-                Err(source) => {
-                    let e = Error::Json {
-                        what: object.clone(),
-                        source,
-                    };
-                    return fail(identifier, e.to_string());
-                }
+                Err(e) => return fail(identifier, e),
             },
             Err(e) => return fail(identifier, format!("{object}: {}", api_message(&e))),
         },
@@ -339,18 +333,12 @@ async fn apply_one(
         tracing::info!(work = %target.work, %object, "{note}");
         correction::record(ctx, &applied, target.work, &note).await;
     }
-    let value = serde_json::to_value(&applied);
+    let value = json_of(&applied, &object);
     // The next reconcile may come before the watch has this version (see `member_objects`).
     ctx.objects.record(&kind, applied);
     let value = match value {
         Ok(v) => v,
-        Err(source) => {
-            let e = Error::Json {
-                what: object.clone(),
-                source,
-            };
-            return fail(identifier, e.to_string());
-        }
+        Err(e) => return fail(identifier, e),
     };
     ManifestOutcome {
         correction,
@@ -362,6 +350,17 @@ async fn apply_one(
             Some(hash),
         )
     }
+}
+
+/// `o` as JSON; the error names `object`.
+fn json_of(o: &DynamicObject, object: &str) -> Result<Value, String> {
+    serde_json::to_value(o).map_err(|source| {
+        Error::Json {
+            what: object.to_string(),
+            source,
+        }
+        .to_string()
+    })
 }
 
 /// Reads one object from the member's API server (counted: the watch caches answer the rest).

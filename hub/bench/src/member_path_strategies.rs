@@ -203,34 +203,26 @@ impl Bench {
             .await?;
         let work = names::work_name(ns);
         let works: Api<Work> = Api::namespaced(hub.clone(), &names::member_namespace("member-1"));
-        let cm_reported: Seen = Default::default();
-        let scale_reported: Seen = Default::default();
-        let w = work.clone();
-        record(
-            works.clone(),
-            placement_label(ns),
-            cm_reported.clone(),
-            move |x: &Work| {
-                (x.name_any() == w)
-                    .then(|| reported_drift(x, "ConfigMap", "c-0"))?
-                    .into_iter()
-                    .find(|(p, _)| p == "data.v")
-                    .map(|(_, v)| v)
-            },
-        );
-        let w = work.clone();
-        record(
-            works.clone(),
-            placement_label(ns),
-            scale_reported.clone(),
-            move |x: &Work| {
-                (x.name_any() == w)
-                    .then(|| reported_drift(x, "Deployment", "web"))?
-                    .into_iter()
-                    .find(|(p, _)| p == "spec.replicas")
-                    .map(|(_, v)| v)
-            },
-        );
+        // Records, per value, when the Work first reports `field` of `kind/name` drifted to it.
+        let reported = |kind: &'static str, name: &'static str, field: &'static str| {
+            let seen: Seen = Default::default();
+            let w = work.clone();
+            record(
+                works.clone(),
+                placement_label(ns),
+                seen.clone(),
+                move |x: &Work| {
+                    (x.name_any() == w)
+                        .then(|| reported_drift(x, kind, name))?
+                        .into_iter()
+                        .find(|(p, _)| p == field)
+                        .map(|(_, v)| v)
+                },
+            );
+            seen
+        };
+        let cm_reported = reported("ConfigMap", "c-0", "data.v");
+        let scale_reported = reported("Deployment", "web", "spec.replicas");
         // The content is on member-1 and applied.
         self.wait_work_applied(&names::member_namespace("member-1"), &work)
             .await?;
