@@ -593,10 +593,21 @@ async fn a_hub_killed_mid_run_applies_the_same_overrides_after_its_restart() {
             Some(format!("{}/image-0", r.ns).as_str()),
             "{member}"
         );
-        let binding = Api::<Binding>::all(r.hub.clone())
-            .get(&names::binding_name(&r.placement, member))
-            .await
-            .unwrap();
+        // Read with a deadline: once, on a loaded CI machine, the condition was missing right
+        // after the run succeeded and the hub had been killed twice (not explained yet).
+        let binding = wait_for(
+            &Api::<Binding>::all(r.hub.clone()),
+            &names::binding_name(&r.placement, member),
+            "Overridden",
+            TIMEOUT,
+            |b: Option<&Binding>| {
+                b.and_then(|b| b.status.as_ref())
+                    .and_then(|s| find(&s.conditions, OVERRIDDEN))
+                    .is_some()
+            },
+        )
+        .await
+        .unwrap();
         let overridden = find(&binding.status.unwrap().conditions, OVERRIDDEN)
             .cloned()
             .unwrap();

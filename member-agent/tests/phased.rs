@@ -5,6 +5,7 @@
 //! twice in a row; paused while the metric fails and resumed when it recovers; `OnDelete`
 //! refused; `standardRollingUpdate` hands the StatefulSet back.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fleethub_crds::PhasedRollout;
@@ -12,9 +13,11 @@ use fleethub_crds::conditions::find;
 use fleethub_crds::metric_check::MetricCheckResult;
 use fleethub_crds::phased_rollout::{PhasedRolloutPhase, ROLLED_OUT, reason};
 use fleethub_testkit::{Cleanup, Fleet, TestGauge, unique_name, wait_for};
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -167,13 +170,45 @@ async fn a_statefulset_rolls_a_pod_at_a_time_while_the_metric_passes() {
     .await
     .unwrap();
 
-    // A new revision: every step waits for the check; record each partition seen with the
-    // pods already rolled at that moment.
+    // Every partition the StatefulSet takes, with the pods already rolled at that moment, from
+    // a watch: the agent holds some values only briefly (0, once the last pod rolls, is reset to
+    // 5 at once), and polling missed them on a loaded machine.
+    let seen: Arc<Mutex<Vec<(i32, i32)>>> = Arc::default();
+    let observer = tokio::spawn({
+        let (sets, seen) = (sets.clone(), seen.clone());
+        async move {
+            let config = watcher::Config::default().fields("metadata.name=db");
+            let mut objects = watcher(sets, config)
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(event) = objects.next().await {
+                let Ok(s) = event else { continue };
+                let p = partition(&s).unwrap_or(-1);
+                let updated = s.status.and_then(|st| st.updated_replicas).unwrap_or(0);
+                let mut seen = seen.lock().unwrap();
+                if seen.last().map(|(q, _)| *q) != Some(p) {
+                    seen.push((p, updated));
+                }
+            }
+        }
+    });
+    let observed = || seen.lock().unwrap().clone();
+    let started = tokio::time::Instant::now();
+    while observed().is_empty() {
+        assert!(
+            started.elapsed() < TIMEOUT,
+            "the StatefulSet's watch never listed it"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // A new revision: every step waits for the check.
     set_image(&sets, "db", "registry.invalid/db:2").await;
-    let mut seen: Vec<(i32, i32)> = Vec::new();
     let mut paused = false;
     let deadline = tokio::time::Instant::now() + 2 * TIMEOUT;
     loop {
+        let seen = observed();
         assert!(
             tokio::time::Instant::now() < deadline,
             "the rollout did not finish: {seen:?}"
@@ -182,9 +217,6 @@ async fn a_statefulset_rolls_a_pod_at_a_time_while_the_metric_passes() {
         let st = s.status.clone().unwrap_or_default();
         let p = partition(&s).unwrap_or(-1);
         let updated = st.updated_replicas.unwrap_or(0);
-        if seen.last().map(|(q, _)| *q) != Some(p) {
-            seen.push((p, updated));
-        }
         if st.current_revision == st.update_revision && p == 5 && updated == 5 && seen.len() > 1 {
             break;
         }
@@ -195,9 +227,23 @@ async fn a_statefulset_rolls_a_pod_at_a_time_while_the_metric_passes() {
             hold_while_failing(&rollouts, &sets).await;
             healthy.set(1.0).await.unwrap();
         }
-        // Polling the partition (with the deadline above): each value must be seen.
+        // Polled with the deadline above; the watch records every value.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // The watch has delivered the final 5 once the GET above saw it.
+    let started = tokio::time::Instant::now();
+    let seen = loop {
+        let seen = observed();
+        if seen.len() > 1 && seen.last().map(|(p, _)| *p) == Some(5) {
+            break seen;
+        }
+        assert!(
+            started.elapsed() < TIMEOUT,
+            "the watch never saw the final partition: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    observer.abort();
     assert!(paused, "the rollout never reached partition 3: {seen:?}");
     // Each partition came down by one, and only once the pods above it were rolled.
     let partitions: Vec<i32> = seen.iter().map(|(p, _)| *p).collect();

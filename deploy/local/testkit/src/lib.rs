@@ -69,9 +69,31 @@ pub struct Fleet {
 
 static FLEET: OnceLock<Result<Fleet, String>> = OnceLock::new();
 
-/// The repository root (this crate lives in `deploy/local/testkit`).
+/// The repository root: the clone whose tests or benchmark run now.
+///
+/// Found at run time, from the package cargo runs (`CARGO_MANIFEST_DIR`, which `cargo test` and
+/// `cargo run` set) or the working directory, upwards to the folder holding
+/// `deploy/local/fleet`. The path this crate was compiled in is only the last resort: two clones
+/// sharing one target directory (CI's cache, a worktree) reuse one build of this crate, and its
+/// compile-time path names whichever clone built it, possibly one that no longer exists.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..")
+    let starts = [
+        std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from),
+        std::env::current_dir().ok(),
+    ];
+    starts
+        .into_iter()
+        .flatten()
+        .find_map(|start| find_repo_root(&start))
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.."))
+}
+
+/// The nearest folder at or above `start` that holds `deploy/local/fleet`.
+fn find_repo_root(start: &Path) -> Option<PathBuf> {
+    start
+        .ancestors()
+        .find(|dir| dir.join("deploy/local/fleet").is_file())
+        .map(Path::to_path_buf)
 }
 
 fn fleet_script() -> PathBuf {
@@ -371,4 +393,25 @@ pub fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?
         .local_addr()?
         .port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_repo_root_is_the_nearest_folder_holding_the_fleet_script() {
+        let root = std::env::temp_dir().join(format!("testkit-root-{}", std::process::id()));
+        let inside = root.join("hub/tests");
+        std::fs::create_dir_all(root.join("deploy/local")).unwrap();
+        std::fs::create_dir_all(&inside).unwrap();
+        std::fs::write(root.join("deploy/local/fleet"), "").unwrap();
+        let found = find_repo_root(&inside);
+        let outside = find_repo_root(&std::env::temp_dir());
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(found, Some(root));
+        assert_eq!(outside, None);
+        // This clone's own root is found from the package cargo runs.
+        assert!(repo_root().join("deploy/local/fleet").is_file());
+    }
 }
