@@ -15,6 +15,7 @@
 //!   agent's periodic sweep deletes it, and with it what it owns.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fleethub_crds::Work;
@@ -33,10 +34,13 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::Error;
+use crate::apply::ManifestOutcome;
 use crate::apply_order::{OrderKey, delete_order};
 use crate::error::is_not_found;
+use crate::last_written::Newest;
 use crate::manifest::{describe, owned_by};
-use crate::work_applier::{Context, ManifestOutcome};
+use crate::metrics::request;
+use crate::work_applier::Context;
 
 /// How long to wait before looking again at an AppliedWork being deleted (its deletion is also
 /// watched; this is only a safety net).
@@ -162,19 +166,43 @@ async fn patch_finalizers(
         field_manager: Some(MEMBER_AGENT.to_string()),
         ..PatchParams::default()
     };
-    api.patch(&work.name_any(), &params, &Patch::Merge(&patch))
+    let patched = api
+        .patch(&work.name_any(), &params, &Patch::Merge(&patch))
         .await
         .map_err(Error::hub(format!(
             "{doing} finalizer {CLEANUP_FINALIZER} on Work {}/{}",
             ctx.namespace,
             work.name_any()
         )))?;
+    if patched.finalizers().iter().any(|f| f == CLEANUP_FINALIZER) {
+        ctx.written_works.record(&work.name_any(), patched);
+    } else {
+        // The Work may be gone with its last finalizer; the cache tells when it is not.
+        ctx.written_works.forget(&work.name_any());
+    }
     Ok(())
 }
 
+/// Whether AppliedWork `aw` is as the agent applies it for Work `work_name` of hub namespace
+/// `namespace` (spec and label), so that applying it again would change nothing.
+pub fn is_as_applied(aw: &AppliedWork, namespace: &str, work_name: &str) -> bool {
+    aw.spec.work_namespace == namespace
+        && aw.spec.work_name == work_name
+        && aw.labels().get(WORK_NAMESPACE_LABEL).map(String::as_str) == Some(namespace)
+}
+
 /// Creates (or keeps) the Work's AppliedWork on the member and returns it, with its status.
-pub async fn ensure_applied_work(work: &Work, ctx: &Context) -> Result<AppliedWork, Error> {
+/// When the cache (or the agent's last write of it) has it as it should be, that copy is
+/// returned and nothing is sent.
+pub async fn ensure_applied_work(work: &Work, ctx: &Context) -> Result<Arc<AppliedWork>, Error> {
     let name = applied_work_name(&ctx.namespace, &work.name_any());
+    let cached = ctx.applied_works.get(&ObjectRef::new(&name));
+    if let Newest::Object(aw) = ctx.written_applied_works.newest(&name, cached)
+        && (aw.metadata.deletion_timestamp.is_some()
+            || is_as_applied(&aw, &ctx.namespace, &work.name_any()))
+    {
+        return Ok(aw);
+    }
     let body = json!({
         "apiVersion": AppliedWork::api_version(&()),
         "kind": AppliedWork::kind(&()),
@@ -182,13 +210,17 @@ pub async fn ensure_applied_work(work: &Work, ctx: &Context) -> Result<AppliedWo
         "spec": {"workNamespace": ctx.namespace, "workName": work.name_any()},
     });
     let api: Api<AppliedWork> = Api::all(ctx.member.clone());
-    api.patch(
-        &name,
-        &PatchParams::apply(MEMBER_AGENT).force(),
-        &Patch::Apply(&body),
-    )
-    .await
-    .map_err(Error::member(format!("applying AppliedWork {name}")))
+    ctx.metrics.work_request(request::APPLY_APPLIED_WORK);
+    let applied = api
+        .patch(
+            &name,
+            &PatchParams::apply(MEMBER_AGENT).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(Error::member(format!("applying AppliedWork {name}")))?;
+    ctx.written_applied_works.record(&name, applied.clone());
+    Ok(Arc::new(applied))
 }
 
 /// Deletes the objects of manifests that left the Work (those the AppliedWork owns) and records
@@ -237,15 +269,18 @@ pub async fn prune(
             "metadata": {"name": aw_name},
             "status": AppliedWorkStatus { applied_resources: keep },
         });
-        api.patch_status(
-            &aw_name,
-            &PatchParams::apply(MEMBER_AGENT).force(),
-            &Patch::Apply(&body),
-        )
-        .await
-        .map_err(Error::member(format!(
-            "writing the status of AppliedWork {aw_name}"
-        )))?;
+        ctx.metrics.work_request(request::WRITE_APPLIED_WORK_STATUS);
+        let written = api
+            .patch_status(
+                &aw_name,
+                &PatchParams::apply(MEMBER_AGENT).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+            .map_err(Error::member(format!(
+                "writing the status of AppliedWork {aw_name}"
+            )))?;
+        ctx.written_applied_works.record(&aw_name, written);
     }
     if failures.is_empty() {
         Ok(())
@@ -349,6 +384,7 @@ pub async fn finalize(work: &Work, ctx: &Context) -> Result<Action, Error> {
             Ok(Action::requeue(DELETION_RECHECK))
         }
         None => {
+            ctx.written_applied_works.forget(&name);
             let finalizers = work
                 .finalizers()
                 .iter()
@@ -436,6 +472,29 @@ mod tests {
         let everything_removed = prune_plan(&[res("ConfigMap", Some("app"), "a", "v1")], &[]);
         assert!(everything_removed.keep.is_empty());
         assert_eq!(everything_removed.stale.len(), 1);
+    }
+
+    #[test]
+    fn an_applied_work_is_applied_again_only_when_it_is_not_as_applied() {
+        let aw = |ns: &str, work: &str, label: Option<&str>| AppliedWork {
+            metadata: kube::api::ObjectMeta {
+                name: Some(applied_work_name(ns, work)),
+                labels: label.map(|l| [(WORK_NAMESPACE_LABEL.to_string(), l.to_string())].into()),
+                ..Default::default()
+            },
+            spec: fleethub_crds::applied_work::AppliedWorkSpec {
+                work_namespace: ns.into(),
+                work_name: work.into(),
+            },
+            status: None,
+        };
+        let ns = "fleet-member-a";
+        assert!(is_as_applied(&aw(ns, "web", Some(ns)), ns, "web"));
+        // Its label removed (its watch would lose it too), or its spec changed by hand.
+        assert!(!is_as_applied(&aw(ns, "web", None), ns, "web"));
+        assert!(!is_as_applied(&aw(ns, "web", Some("other")), ns, "web"));
+        assert!(!is_as_applied(&aw(ns, "api", Some(ns)), ns, "web"));
+        assert!(!is_as_applied(&aw("other", "web", Some(ns)), ns, "web"));
     }
 
     #[test]

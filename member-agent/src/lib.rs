@@ -3,8 +3,9 @@
 //!
 //! - [`heartbeat`]: joins the hub and heartbeats into the MemberCluster's status;
 //! - [`work_applier`]: applies the Works of hub namespace `fleet-member-<member>` to the member
-//!   with server-side apply, in dependency order ([`apply_order`]), and reports `Applied` /
-//!   `Available` ([`availability`], [`work_status`]);
+//!   with server-side apply, in dependency order ([`apply`], [`apply_order`]; drift decided by
+//!   [`drift`] and reported by [`correction`]), and reports `Applied` / `Available`
+//!   ([`availability`], [`work_status`]);
 //! - [`cleanup`]: deletes what the agent created, and only that, when manifests or Works go
 //!   (through the member-side `AppliedWork`, installed by [`member_crds`]).
 //!
@@ -13,14 +14,17 @@
 //! AppliedWork's status), so a restarted agent carries on where it was.
 #![forbid(unsafe_code)]
 
+pub mod apply;
 pub mod apply_order;
 pub mod availability;
 pub mod cleanup;
+pub mod correction;
 pub mod drift;
 pub use fleethub_runtime::clock;
 pub mod error;
 pub mod heartbeat;
 pub mod kind_resolver;
+pub mod last_written;
 pub mod manifest;
 pub mod member_crds;
 pub mod member_objects;

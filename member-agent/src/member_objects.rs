@@ -5,6 +5,12 @@
 //! Work within a moment (drift is seen at once, not at the resync); and the Work reconcile reads
 //! the member's objects from these caches instead of asking the API server for each manifest,
 //! so an unchanged object that did not drift costs no API call.
+//!
+//! A cache can lag behind the agent's own apply (the apply's answer comes back before the watch
+//! delivers it). A reconcile that read the object from before its own apply would take the
+//! difference for drift: restore it again under `whenToApply: Always`, report it as `Drifted`
+//! under `IfNotDrifted`. So the object each apply returned is kept until the cache has that
+//! version ([`LastWritten`]), and the newer of the two is used.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,18 +23,20 @@ use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, reflector::store::Writer};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::kind_resolver::ResolvedKind;
+use crate::last_written::{Choice, LastWritten, Newest, choose};
 
 /// Maps a member object to the Work it was applied for.
 type WorkOf = Arc<dyn Fn(&DynamicObject) -> Option<ObjectRef<Work>> + Send + Sync>;
 
 /// One kind's cache, and whether its first list completed.
 struct KindCache {
+    resource: ApiResource,
     store: Store<DynamicObject>,
     synced: Arc<AtomicBool>,
 }
@@ -40,6 +48,8 @@ pub struct MemberObjects {
     changes: mpsc::UnboundedSender<ObjectRef<Work>>,
     /// Maps a member object to its Work.
     work_of: WorkOf,
+    /// What the agent's applies returned, until the caches have it.
+    written: LastWritten<DynamicObject>,
     shutdown: CancellationToken,
 }
 
@@ -69,6 +79,7 @@ impl MemberObjects {
             kinds: Mutex::new(HashMap::new()),
             changes,
             work_of: Arc::new(work_of),
+            written: LastWritten::default(),
             shutdown,
         };
         (Arc::new(objects), receiver)
@@ -95,6 +106,7 @@ impl MemberObjects {
         kinds.insert(
             key,
             KindCache {
+                resource: kind.resource.clone(),
                 store,
                 synced: synced.clone(),
             },
@@ -131,30 +143,88 @@ impl MemberObjects {
         });
     }
 
-    /// What the cache of `kind` holds for `namespace/name`.
-    pub fn get(&self, kind: &ResolvedKind, namespace: Option<&str>, name: &str) -> Cached {
+    /// The key of `namespace/name` of `kind` among the agent's writes.
+    fn written_key(kind: &ResolvedKind, namespace: Option<&str>, name: &str) -> String {
+        let (group, version, plural) = Self::key(&kind.resource);
+        format!(
+            "{group}/{version}/{plural}/{}/{name}",
+            namespace.unwrap_or_default()
+        )
+    }
+
+    /// Records `object` of `kind` as the agent's apply of it returned it.
+    pub fn record(&self, kind: &ResolvedKind, object: DynamicObject) {
+        let key = Self::written_key(
+            kind,
+            object.metadata.namespace.as_deref(),
+            object.metadata.name.as_deref().unwrap_or_default(),
+        );
+        self.written.record(&key, object);
+    }
+
+    /// Forgets the agent's applies that the caches have caught up with, or whose object the
+    /// caches do not hold (deleted since: the next reconcile asks the API server anyway), so
+    /// only writes the caches still lag behind are kept.
+    pub fn forget_settled(&self) {
         let kinds = self.kinds.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(cache) = kinds.get(&Self::key(&kind.resource)) else {
-            return Cached::Unknown;
+        self.written.retain(|key, written| {
+            let mut parts = key.splitn(5, '/');
+            let (Some(group), Some(version), Some(plural)) =
+                (parts.next(), parts.next(), parts.next())
+            else {
+                return false;
+            };
+            let Some(cache) =
+                kinds.get(&(group.to_string(), version.to_string(), plural.to_string()))
+            else {
+                return false;
+            };
+            let mut reference = ObjectRef::new_with(&written.name_any(), cache.resource.clone());
+            if let Some(ns) = &written.metadata.namespace {
+                reference = reference.within(ns);
+            }
+            cache.store.get(&reference).is_some_and(|cached| {
+                choose(
+                    Some(cached.metadata.resource_version.as_deref()),
+                    Some(written.metadata.resource_version.as_deref()),
+                ) == Choice::Written
+            })
+        });
+    }
+
+    /// What the cache of `kind` holds for `namespace/name`, or what the agent's last apply of
+    /// it returned when that is newer.
+    pub fn get(&self, kind: &ResolvedKind, namespace: Option<&str>, name: &str) -> Cached {
+        let cached = {
+            let kinds = self.kinds.lock().unwrap_or_else(PoisonError::into_inner);
+            let Some(cache) = kinds.get(&Self::key(&kind.resource)) else {
+                return Cached::Unknown;
+            };
+            if !cache.synced.load(Ordering::Acquire) {
+                return Cached::Unknown;
+            }
+            let mut reference = ObjectRef::new_with(name, kind.resource.clone());
+            if let Some(ns) = namespace {
+                reference = reference.within(ns);
+            }
+            cache.store.get(&reference)
         };
-        if !cache.synced.load(Ordering::Acquire) {
-            return Cached::Unknown;
-        }
-        let mut reference = ObjectRef::new_with(name, kind.resource.clone());
-        if let Some(ns) = namespace {
-            reference = reference.within(ns);
-        }
-        match cache.store.get(&reference) {
-            None => Cached::Absent,
-            Some(o) => match serde_json::to_value(o.as_ref()) {
-                Ok(mut v) => {
-                    // Objects from a list carry no apiVersion and kind.
-                    v["apiVersion"] = Value::String(kind.resource.api_version.clone());
-                    v["kind"] = Value::String(kind.resource.kind.clone());
-                    Cached::Present(v)
-                }
-                Err(_) => Cached::Unknown,
-            },
+        let object = match self
+            .written
+            .newest(&Self::written_key(kind, namespace, name), cached)
+        {
+            Newest::Object(o) => o,
+            Newest::Absent => return Cached::Absent,
+            Newest::Unknown => return Cached::Unknown,
+        };
+        match serde_json::to_value(object.as_ref()) {
+            Ok(mut v) => {
+                // Objects from a list carry no apiVersion and kind.
+                v["apiVersion"] = Value::String(kind.resource.api_version.clone());
+                v["kind"] = Value::String(kind.resource.kind.clone());
+                Cached::Present(v)
+            }
+            Err(_) => Cached::Unknown,
         }
     }
 }

@@ -16,6 +16,26 @@ use prometheus_client::registry::Registry;
 
 type Labels = Vec<(String, String)>;
 
+/// The requests a Work reconcile makes for itself (label `request` of
+/// `fleethub_member_agent_work_requests_total`).
+pub mod request {
+    /// The Work read from the hub (its cache could not answer).
+    pub const READ_WORK: &str = "read-work";
+    /// The AppliedWork applied on the member (its cache did not have it as it should be).
+    pub const APPLY_APPLIED_WORK: &str = "apply-applied-work";
+    /// The AppliedWork's list of applied objects written.
+    pub const WRITE_APPLIED_WORK_STATUS: &str = "write-applied-work-status";
+    /// The Work's status written on the hub.
+    pub const WRITE_WORK_STATUS: &str = "write-work-status";
+    /// Every request, so each series exists from the start.
+    pub const ALL: &[&str] = &[
+        READ_WORK,
+        APPLY_APPLIED_WORK,
+        WRITE_APPLIED_WORK_STATUS,
+        WRITE_WORK_STATUS,
+    ];
+}
+
 /// Handles on every metric the agent updates.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -30,6 +50,7 @@ pub struct Metrics {
     objects_left_different: Family<Labels, Counter>,
     skipped: Counter,
     reads: Counter,
+    bookkeeping: Family<Labels, Counter>,
     live: Arc<Live>,
 }
 
@@ -90,12 +111,18 @@ impl Metrics {
             objects_left_different: Family::default(),
             skipped: Counter::default(),
             reads: Counter::default(),
+            bookkeeping: Family::default(),
             live: Arc::new(Live::default()),
         };
         registry.register(
             "object_reads",
             "Objects read from the member's API server while applying (the watch caches answer the rest)",
             m.reads.clone(),
+        );
+        registry.register(
+            "work_requests",
+            "Requests a Work reconcile makes besides applying and reading manifests, by request: read-work (the Work from the hub, when the cache cannot answer), apply-applied-work, write-applied-work-status (member), write-work-status (hub)",
+            m.bookkeeping.clone(),
         );
         registry.register(
             "drift_corrections",
@@ -154,6 +181,11 @@ impl Metrics {
                 let _ = family.get_or_create(&result_label(ok));
             }
         }
+        for r in request::ALL {
+            let _ = m
+                .bookkeeping
+                .get_or_create(&vec![("request".to_string(), r.to_string())]);
+        }
         m
     }
 
@@ -174,6 +206,13 @@ impl Metrics {
     /// Counts a read of one object from the member's API server.
     pub fn object_read(&self) {
         self.reads.inc();
+    }
+
+    /// Counts one of a reconcile's own requests (see [`request`]).
+    pub fn work_request(&self, request: &'static str) {
+        self.bookkeeping
+            .get_or_create(&vec![("request".to_string(), request.to_string())])
+            .inc();
     }
 
     /// Counts a manifest not applied because nothing changed.
@@ -238,6 +277,7 @@ mod tests {
         m.apply(false, 0.02);
         m.deletion(true);
         m.reconcile_error("member");
+        m.work_request(request::WRITE_WORK_STATUS);
         m.heartbeat(true, Timestamp::from_second(1_700_000_000).unwrap());
         let mut text = String::new();
         encode(&mut text, &registry).unwrap();
@@ -251,6 +291,8 @@ mod tests {
             "fleethub_member_agent_heartbeats_total{result=\"success\"} 1",
             "fleethub_member_agent_last_heartbeat_timestamp_seconds 1700000000",
             "fleethub_member_agent_works 0",
+            "fleethub_member_agent_work_requests_total{request=\"write-work-status\"} 1",
+            "fleethub_member_agent_work_requests_total{request=\"read-work\"} 0",
             "fleethub_member_agent_heartbeat_age_seconds ",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");

@@ -1,62 +1,55 @@
 //! Applying Works: a controller over the Works in the hub namespace `fleet-member-<member>`.
 //!
-//! Each reconcile of a Work: read it fresh → (deleted? clean up, see [`cleanup`]) → make sure it
-//! has the agent's finalizer and its AppliedWork → server-side apply every manifest to the member
-//! in dependency order ([`apply_order`]) → delete what left the Work → plan the status
-//! ([`work_status`]) and write it if it changed.
+//! Each reconcile of a Work: take its newest copy ([`last_written`]: the cache's, or what the
+//! agent's own last write returned) → (deleted? clean up, see [`cleanup`]) → make sure it has
+//! the agent's finalizer and its AppliedWork (watched: applied only when missing or not as it
+//! should be) → server-side apply every manifest to the member in dependency order
+//! ([`apply_order`]) → delete what left the Work → plan the status ([`work_status`]) and write it
+//! if it changed. A reconcile that finds nothing to do makes no API call at all, so one that
+//! reports a workload turning available makes a single round trip: the status write.
 //!
 //! It runs when the Work changes, when any object applied for it changes or is deleted on the
 //! member ([`MemberObjects`]: a watch per applied kind), when a PhasedRollout or the Work's
 //! AppliedWork changes, at the health deadline, and every resync period. It runs at once: no
-//! delay is put in front of a change. A storm of events is coalesced by the controller (one
-//! reconcile of a Work runs at a time; the events meanwhile make one more).
+//! delay is put in front of a change. A storm of events is coalesced at the leading edge by the
+//! controller: the first event reconciles at once; one reconcile of a Work runs at a time, and
+//! the events that arrive meanwhile make exactly one more, started the moment it finishes (kube's
+//! scheduler holds them and its runner takes them first).
 //!
-//! Each manifest is decided by [`drift::decide`] from the member's object (from the watch's
-//! cache, else a GET), the Work's `applyStrategy` and whether the hub's object changed since it
-//! was last applied (`appliedHash` in the Work's status): an object that neither the hub nor a
-//! person changed is not applied again; drift is restored (`whenToApply: Always`) or left and
-//! reported; a pre-existing object is taken over per `whenToTakeOver`; `ReportDiff` applies
-//! nothing.
+//! How each manifest is applied (or skipped, or left differing) is in [`apply`].
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
 
 use fleethub_crds::Work;
-use fleethub_crds::applied_work::{
-    AppliedResource, AppliedWork, WORK_ANNOTATION, WORK_NAMESPACE_LABEL,
-};
-use fleethub_crds::apply_strategy::{ApplyStrategy, DriftType, FieldDiff};
+use fleethub_crds::applied_work::{AppliedWork, WORK_ANNOTATION, WORK_NAMESPACE_LABEL};
+use fleethub_crds::apply_strategy::ApplyStrategy;
 use fleethub_crds::field_manager::MEMBER_AGENT;
 use fleethub_crds::names::PLACEMENT_LABEL;
 use fleethub_crds::work::DEFAULT_HEALTH_TIMEOUT;
-use fleethub_crds::work::ManifestIdentifier;
-use fleethub_crds::work::reason as work_reason;
 use fleethub_runtime::Health;
 use fleethub_runtime::retry::{Backoff, ERROR_BACKOFF, FailureBackoff};
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::{self, Action};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::apply_order::{OrderKey, apply_order};
 use crate::availability;
 use crate::clock::Clock;
-use crate::drift::{self, Decision, Member};
-use crate::error::{describe as api_message, is_not_found};
-use crate::kind_resolver::{KindResolver, ResolvedKind};
-use crate::manifest::{self, Decoration, ParsedManifest, describe, owned_by};
-use crate::member_objects::{Cached, MemberObjects};
-use crate::metrics::Metrics;
+use crate::kind_resolver::KindResolver;
+use crate::last_written::{LastWritten, Newest};
+use crate::member_objects::MemberObjects;
+use crate::metrics::{Metrics, request};
 use crate::work_status::{self, ManifestReport, StatusInput};
-use crate::{Error, cleanup, readiness};
+use crate::{Error, apply, cleanup, readiness};
 
 /// How soon a Work whose manifests did not all apply is tried again (over the same failure
 /// count as errors): an apply the member refuses usually needs a person, so this starts
@@ -87,11 +80,21 @@ pub struct Context {
     /// The member's fleet-managed objects, watched per kind.
     pub objects: Arc<MemberObjects>,
     /// Changes of those objects, as their Works: taken by [`run`].
-    changes: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<ObjectRef<Work>>>>,
+    changes: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<ObjectRef<Work>>>>,
+    /// The controller's cache of this member's Works (set by [`run`]).
+    works: OnceLock<Store<Work>>,
+    /// What the agent's writes of Works (status, finalizer) returned, until the cache has them.
+    pub(crate) written_works: LastWritten<Work>,
+    /// The AppliedWorks of this namespace's Works, watched on the member.
+    pub(crate) applied_works: Store<AppliedWork>,
+    /// Fills [`Self::applied_works`]: taken by [`run`].
+    applied_works_writer: Mutex<Option<Writer<AppliedWork>>>,
+    /// What the agent's writes of AppliedWorks returned, until the cache has them.
+    pub(crate) written_applied_works: LastWritten<AppliedWork>,
     /// Events on the member's objects (a drift corrected or left).
-    member_events: Recorder,
+    pub(crate) member_events: Recorder,
     /// Events on the hub's Works.
-    hub_events: Recorder,
+    pub(crate) hub_events: Recorder,
     /// Stops the member object watches.
     stop_watches: CancellationToken,
 }
@@ -113,6 +116,7 @@ impl Context {
             move |o| work_of(&o.metadata, &ns),
             stop_watches.clone(),
         );
+        let applied_works_writer = Writer::default();
         let reporter = Reporter {
             controller: "fleethub-member-agent".into(),
             instance: Some(namespace.clone()),
@@ -129,49 +133,13 @@ impl Context {
             resync_period,
             failures: FailureBackoff::new(ERROR_BACKOFF),
             objects,
-            changes: std::sync::Mutex::new(Some(changes)),
+            changes: Mutex::new(Some(changes)),
+            works: OnceLock::new(),
+            written_works: LastWritten::default(),
+            applied_works: applied_works_writer.as_reader(),
+            applied_works_writer: Mutex::new(Some(applied_works_writer)),
+            written_applied_works: LastWritten::default(),
             stop_watches,
-        }
-    }
-}
-
-/// What was applied for one manifest.
-#[derive(Debug, Clone)]
-pub struct AppliedObject {
-    /// The object, as recorded in the AppliedWork.
-    pub resource: AppliedResource,
-    /// The object as the member's API server returned it after the apply.
-    pub object: Value,
-}
-
-/// What happened to one manifest.
-#[derive(Debug, Clone)]
-pub struct ManifestOutcome {
-    /// Which manifest (with the namespace it is applied into, once its kind is known).
-    pub identifier: ManifestIdentifier,
-    /// The member's object (applied, or already as the hub has it, or under `ReportDiff` as
-    /// the member has it), or why it is not applied (naming the object).
-    pub result: Result<AppliedObject, String>,
-    /// Why it is not applied when the strategy says so (`Drifted`, `TakeoverRefused`); `None`
-    /// for an error.
-    pub refusal: Option<&'static str>,
-    /// How the member's object differs from the hub's while it is left so.
-    pub drift: Option<(DriftType, usize, Vec<FieldDiff>)>,
-    /// The drift this reconcile undid.
-    pub correction: Option<Vec<FieldDiff>>,
-    /// The hash of the hub's object, when the member now has it (applied or unchanged).
-    pub hash: Option<String>,
-}
-
-impl ManifestOutcome {
-    fn failed(identifier: ManifestIdentifier, message: String) -> Self {
-        ManifestOutcome {
-            identifier,
-            result: Err(message),
-            refusal: None,
-            drift: None,
-            correction: None,
-            hash: None,
         }
     }
 }
@@ -193,7 +161,13 @@ pub async fn run(ctx: Arc<Context>, health: Health, shutdown: CancellationToken)
     let mut changes = ctx
         .changes
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
+        .expect("work_applier::run runs once per Context");
+    let applied_works = ctx
+        .applied_works_writer
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
         .take()
         .expect("work_applier::run runs once per Context");
     let member_changes = futures::stream::poll_fn(move |cx| changes.poll_recv(cx));
@@ -210,16 +184,25 @@ pub async fn run(ctx: Arc<Context>, health: Health, shutdown: CancellationToken)
             fleethub_runtime::watcher_config().labels(PLACEMENT_LABEL),
             move |o| work_of(&o.metadata, &ns),
         )
-        .watches(
-            Api::<AppliedWork>::all(member.clone()),
-            fleethub_runtime::watcher_config()
-                .labels(&format!("{WORK_NAMESPACE_LABEL}={}", ctx.namespace)),
-            |aw| Some(ObjectRef::new(&aw.spec.work_name).within(&aw.spec.work_namespace)),
+        // The Work's AppliedWork: kept in a cache (a reconcile applies it only when it is not
+        // as it should be), and its deletion reconciles the Work.
+        .watches_stream(
+            fleethub_runtime::reflected_stream_with(
+                Api::<AppliedWork>::all(member.clone()),
+                fleethub_runtime::watcher_config()
+                    .labels(&format!("{WORK_NAMESPACE_LABEL}={}", ctx.namespace)),
+                applied_works,
+            ),
+            |aw: AppliedWork| {
+                Some(ObjectRef::new(&aw.spec.work_name).within(&aw.spec.work_namespace))
+            },
         )
+        .with_config(controller_config())
         .graceful_shutdown_on(shutdown.cancelled_owned());
 
     let store = controller.store();
     ctx.metrics.count_works_in(store.clone());
+    let _ = ctx.works.set(store.clone());
     let sweeper = tokio::spawn(sweep_orphans_periodically(ctx.clone(), store.clone()));
     let synced = tokio::spawn({
         let health = health.clone();
@@ -250,7 +233,7 @@ pub async fn run(ctx: Arc<Context>, health: Health, shutdown: CancellationToken)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             match result {
-                Ok((work, _)) => tracing::debug!(work = %work, "reconciled"),
+                Ok(_) => {}
                 // Logged with the Work's name by `error_policy`.
                 Err(controller::Error::ReconcilerFailed(..)) => {}
                 Err(e) => tracing::warn!(error = %e, "Work controller"),
@@ -260,6 +243,12 @@ pub async fn run(ctx: Arc<Context>, health: Health, shutdown: CancellationToken)
     synced.abort();
     sweeper.abort();
     stop_watches.cancel();
+}
+
+/// The Work controller's configuration: no debounce. The first event of a storm reconciles at
+/// once; events during a reconcile make one more, the moment it ends (tested below).
+fn controller_config() -> controller::Config {
+    controller::Config::default().debounce(Duration::ZERO)
 }
 
 /// How often the agent looks for AppliedWorks whose Work is gone ([`cleanup::sweep_orphans`]).
@@ -272,6 +261,13 @@ async fn sweep_orphans_periodically(ctx: Arc<Context>, works: Store<Work>) {
         if works.wait_until_ready().now_or_never().is_none() {
             continue;
         }
+        // Writes of Works deleted before the cache showed them are not needed any more.
+        ctx.written_works.retain(|name, _| {
+            works
+                .get(&ObjectRef::new(name).within(&ctx.namespace))
+                .is_some()
+        });
+        ctx.objects.forget_settled();
         if let Err(e) = cleanup::sweep_orphans(&ctx, &works).await {
             tracing::warn!(namespace = %ctx.namespace, error = %e, "sweeping orphaned AppliedWorks failed; trying again later");
         }
@@ -292,14 +288,10 @@ async fn reconcile(work: Arc<Work>, ctx: Arc<Context>) -> Result<Action, Error> 
     let key = format!("{}/{}", ctx.namespace, work.name_any());
     let span = tracing::info_span!("reconcile", work = %key);
     async move {
-        // The cache may not hold the agent's last status write yet; the health clock must
-        // start from what is really recorded.
-        let api: Api<Work> = Api::namespaced(ctx.hub.clone(), &ctx.namespace);
-        let Some(work) = api
-            .get_opt(&work.name_any())
-            .await
-            .map_err(Error::hub(format!("reading Work {key}")))?
-        else {
+        // The health clock, drift first-seen times and applied hashes must start from what is
+        // really recorded, which the cache may not show yet.
+        let started = std::time::Instant::now();
+        let Some(work) = current_work(work, &ctx).await? else {
             return Ok(Action::await_change());
         };
         if work.metadata.deletion_timestamp.is_some() {
@@ -316,7 +308,7 @@ async fn reconcile(work: Arc<Work>, ctx: Arc<Context>) -> Result<Action, Error> 
             return Ok(Action::requeue(Duration::from_secs(30)));
         }
 
-        let outcomes = apply_manifests(&work, &applied_work, &ctx).await;
+        let outcomes = apply::apply_manifests(&work, &applied_work, &ctx).await;
         let pruned = cleanup::prune(&applied_work, &outcomes, &ctx).await;
 
         let mut reports = Vec::with_capacity(outcomes.len());
@@ -357,8 +349,14 @@ async fn reconcile(work: Arc<Work>, ctx: Arc<Context>) -> Result<Action, Error> 
                 .as_ref()
                 .is_some_and(ApplyStrategy::report_only),
         });
-        write_status(&work, &plan.status, &ctx).await?;
+        let before_write = std::time::Instant::now();
+        let wrote = write_status(&work, &plan.status, &ctx).await?;
         pruned?;
+        tracing::debug!(
+            took_ms = started.elapsed().as_millis() as u64,
+            status_write_ms = wrote.then(|| before_write.elapsed().as_millis() as u64),
+            "reconciled"
+        );
 
         ctx.metrics.reconciled(true);
         let next = if plan.applied {
@@ -377,6 +375,32 @@ async fn reconcile(work: Arc<Work>, ctx: Arc<Context>) -> Result<Action, Error> 
     }
     .instrument(span)
     .await
+}
+
+/// The Work as it is now: the controller's cache's copy, or the agent's own last write of it
+/// when the cache has not caught up with that ([`last_written`]), else read from the hub.
+/// `None` when it is gone.
+async fn current_work(work: Arc<Work>, ctx: &Context) -> Result<Option<Arc<Work>>, Error> {
+    let name = work.name_any();
+    let cached = match ctx.works.get() {
+        Some(store) => store.get(&ObjectRef::from_obj(work.as_ref())),
+        None => Some(work),
+    };
+    match ctx.written_works.newest(&name, cached) {
+        Newest::Object(w) => Ok(Some(w)),
+        Newest::Absent => Ok(None),
+        Newest::Unknown => {
+            ctx.metrics.work_request(request::READ_WORK);
+            let read = Api::<Work>::namespaced(ctx.hub.clone(), &ctx.namespace)
+                .get_opt(&name)
+                .await
+                .map_err(Error::hub(format!("reading Work {}/{name}", ctx.namespace)))?;
+            Ok(read.map(|w| {
+                ctx.written_works.record(&name, w.clone());
+                Arc::new(w)
+            }))
+        }
+    }
 }
 
 /// How soon a Work whose workloads wait for their pods is looked at again (see
@@ -434,12 +458,12 @@ fn health_timeout(work: &Work, key: &str) -> Duration {
     }
 }
 
-/// Writes `status` on `work` unless it already has it.
+/// Writes `status` on `work` unless it already has it; whether it wrote.
 async fn write_status(
     work: &Work,
     status: &fleethub_crds::work::WorkStatus,
     ctx: &Context,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let name = work.name_any();
     let json_of = |s: &fleethub_crds::work::WorkStatus| {
         serde_json::to_value(s).map_err(|source| Error::Json {
@@ -453,7 +477,7 @@ async fn write_status(
         None => false,
     };
     if unchanged {
-        return Ok(());
+        return Ok(false);
     }
     let body = json!({
         "apiVersion": Work::api_version(&()),
@@ -461,7 +485,8 @@ async fn write_status(
         "metadata": {"name": name, "namespace": ctx.namespace},
         "status": status,
     });
-    Api::<Work>::namespaced(ctx.hub.clone(), &ctx.namespace)
+    ctx.metrics.work_request(request::WRITE_WORK_STATUS);
+    let written = Api::<Work>::namespaced(ctx.hub.clone(), &ctx.namespace)
         .patch_status(
             &name,
             &PatchParams::apply(MEMBER_AGENT).force(),
@@ -472,390 +497,79 @@ async fn write_status(
             "writing the status of Work {}/{name}",
             ctx.namespace
         )))?;
-    Ok(())
-}
-
-/// Applies every manifest of `work` in dependency order; one outcome per manifest, in the
-/// Work's order.
-async fn apply_manifests(
-    work: &Work,
-    applied_work: &AppliedWork,
-    ctx: &Context,
-) -> Vec<ManifestOutcome> {
-    let key = format!("{}/{}", ctx.namespace, work.name_any());
-    let manifests = &work.spec.workload.manifests;
-    let parsed: Vec<_> = manifests
-        .iter()
-        .enumerate()
-        .map(|(i, m)| manifest::parse(i, m))
-        .collect();
-    // Scope decides the order; a kind not served yet (its CRD is in this Work) is resolved
-    // again when its turn comes, and ordered meanwhile by whether the manifest names a namespace.
-    let mut kinds: Vec<Option<ResolvedKind>> = Vec::with_capacity(parsed.len());
-    for p in &parsed {
-        kinds.push(match p {
-            Ok(m) => ctx.kinds.resolve(&m.gvk()).await.ok().flatten(),
-            Err(_) => None,
-        });
-    }
-    let keys: Vec<OrderKey<'_>> = parsed
-        .iter()
-        .zip(&kinds)
-        .map(|(p, k)| match p {
-            Ok(m) => OrderKey {
-                group: &m.group,
-                kind: &m.kind,
-                namespaced: k.as_ref().map_or(m.namespace.is_some(), |k| k.namespaced),
-            },
-            Err(_) => OrderKey {
-                group: "",
-                kind: "",
-                namespaced: true,
-            },
-        })
-        .collect();
-
-    let default_strategy = ApplyStrategy::default();
-    let empty = Vec::new();
-    let target = Target {
-        work: &key,
-        placement: &work.spec.placement_name,
-        applied_work,
-        strategy: work
-            .spec
-            .apply_strategy
-            .as_ref()
-            .unwrap_or(&default_strategy),
-        previous: work
-            .status
-            .as_ref()
-            .map_or(&empty, |s| &s.manifest_conditions),
-    };
-    let mut outcomes: Vec<Option<ManifestOutcome>> = vec![None; parsed.len()];
-    for i in apply_order(&keys) {
-        outcomes[i] = Some(match &parsed[i] {
-            Err(invalid) => {
-                ManifestOutcome::failed(invalid.identifier.clone(), invalid.message.clone())
-            }
-            Ok(m) => apply_one(m, kinds[i].take(), &target, ctx).await,
-        });
-    }
-    outcomes.into_iter().flatten().collect()
-}
-
-/// Where manifests are applied for.
-struct Target<'a> {
-    /// The Work, `namespace/name`.
-    work: &'a str,
-    /// Its placement.
-    placement: &'a str,
-    /// Its AppliedWork.
-    applied_work: &'a AppliedWork,
-    /// Its apply strategy.
-    strategy: &'a ApplyStrategy,
-    /// Its manifests' status as last reported (their `appliedHash`, drift first seen).
-    previous: &'a Vec<fleethub_crds::work::ManifestCondition>,
-}
-
-/// The hash recorded for a manifest: of the hub's object and the placement it is applied for.
-fn manifest_hash(manifest: &Value, placement: &str) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(placement.as_bytes());
-    hasher.update([0]);
-    hasher.update(manifest.to_string().as_bytes());
-    let digest = hasher.finalize();
-    digest[..12].iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Applies one manifest; the outcome's error names the object and the API server's message.
-async fn apply_one(
-    m: &ParsedManifest,
-    known: Option<ResolvedKind>,
-    target: &Target<'_>,
-    ctx: &Context,
-) -> ManifestOutcome {
-    let mut identifier = m.identifier();
-    let written = describe(&m.kind, m.namespace.as_deref(), &m.name);
-    let fail = |identifier: ManifestIdentifier, message: String| {
-        tracing::warn!(work = %target.work, object = %written, error = %message, "apply failed");
-        ManifestOutcome::failed(identifier, message)
-    };
-    let kind = match known {
-        Some(k) => k,
-        None => match ctx.kinds.resolve(&m.gvk()).await {
-            Ok(Some(k)) => k,
-            Ok(None) => {
-                let api_version = m.object["apiVersion"].as_str().unwrap_or_default();
-                let message = format!(
-                    "{written}: the member cluster does not serve kind {} in {api_version}",
-                    m.kind
-                );
-                return fail(identifier, message);
-            }
-            Err(e) => return fail(identifier, format!("{written}: {e}")),
-        },
-    };
-    let namespace = kind
-        .namespaced
-        .then(|| m.namespace.clone().unwrap_or_else(|| "default".to_string()));
-    identifier.namespace = namespace.clone();
-    let object = describe(&m.kind, namespace.as_deref(), &m.name);
-    let api: Api<DynamicObject> = match &namespace {
-        Some(ns) => Api::namespaced_with(ctx.member.clone(), ns, &kind.resource),
-        None => Api::all_with(ctx.member.clone(), &kind.resource),
-    };
-
-    // The member's object: from the watch's cache when it has it (no API call), else asked.
-    ctx.objects.watch(&kind);
-    let existing: Option<Value> = match ctx.objects.get(&kind, namespace.as_deref(), &m.name) {
-        Cached::Present(v) => Some(v),
-        Cached::Absent | Cached::Unknown => match read(ctx, &api, &m.name).await {
-            Ok(existing) => match existing.map(|o| serde_json::to_value(&o)).transpose() {
-                Ok(v) => v,
-                Err(source) => {
-                    let e = Error::Json {
-                        what: object.clone(),
-                        source,
-                    };
-                    return fail(identifier, e.to_string());
-                }
-            },
-            Err(e) => return fail(identifier, format!("{object}: {}", api_message(&e))),
-        },
-    };
-    let applied_work_name = target.applied_work.name_any();
-    let owners: Vec<OwnerReference> = existing
-        .as_ref()
-        .and_then(|o| serde_json::from_value(o["metadata"]["ownerReferences"].clone()).ok())
-        .unwrap_or_default();
-    let ours = owned_by(&owners, &applied_work_name);
-    let managed_by_agent = existing.as_ref().is_some_and(|o| {
-        o["metadata"]["managedFields"]
-            .as_array()
-            .is_some_and(|a| a.iter().any(|e| e["manager"] == MEMBER_AGENT))
-    });
-    // The agent owns what it creates, and only that: an object that existed before is applied
-    // without an owner reference, so deleting the Work never deletes it.
-    let owner = match &existing {
-        None => manifest::owner_reference(target.applied_work),
-        Some(_) if ours => manifest::owner_reference(target.applied_work),
-        Some(_) => None,
-    };
-    let body = manifest::prepare(
-        &m.object,
-        &Decoration {
-            placement: target.placement,
-            work: target.work,
-            namespace: namespace.as_deref(),
-            owner,
-        },
-    );
-    let hash = manifest_hash(&m.object, target.placement);
-    let previous = target
-        .previous
-        .iter()
-        .find(|p| p.identifier == identifier)
-        .and_then(|p| p.applied_hash.as_deref());
-    let decision = drift::decide(
-        target.strategy,
-        body,
-        Member {
-            object: existing.as_ref(),
-            fleet_managed: ours || managed_by_agent,
-        },
-        previous != Some(hash.as_str()),
-        previous.is_some(),
-    );
-    let resource = AppliedResource {
-        group: m.group.clone(),
-        version: m.version.clone(),
-        kind: m.kind.clone(),
-        resource: kind.resource.plural.clone(),
-        namespace: namespace.clone(),
-        name: m.name.clone(),
-    };
-    let outcome = |result, hash| ManifestOutcome {
-        identifier: identifier.clone(),
-        result,
-        refusal: None,
-        drift: None,
-        correction: None,
-        hash,
-    };
-    let (body, correction) = match decision {
-        Decision::Unchanged => {
-            ctx.metrics.apply_skipped();
-            let object = existing.unwrap_or(Value::Null);
-            return outcome(Ok(AppliedObject { resource, object }), Some(hash));
-        }
-        Decision::Leave { why, count, fields } => {
-            ctx.metrics.left_different(why.as_str());
-            let first = fields.first().map_or(String::new(), describe_diff);
-            let more = if count > 1 {
-                format!(" (and {} more fields)", count - 1)
-            } else {
-                String::new()
-            };
-            let (refusal, message) = match why {
-                DriftType::Drifted => (
-                    Some(work_reason::DRIFTED),
-                    format!(
-                        "{object} was changed on the member and is left so (whenToApply: IfNotDrifted): {first}{more}"
-                    ),
-                ),
-                DriftType::TakeoverRefused => (
-                    Some(work_reason::TAKEOVER_REFUSED),
-                    format!(
-                        "{object} existed on the member before the fleet and is not taken over (whenToTakeOver: {:?}){}{first}{more}",
-                        target.strategy.when_to_take_over(),
-                        if first.is_empty() { "" } else { ": " }
-                    ),
-                ),
-                DriftType::Diffed => (None, String::new()),
-            };
-            let left = ManifestOutcome {
-                drift: Some((why, count, fields)),
-                ..outcome(
-                    match refusal {
-                        Some(_) => Err(message.clone()),
-                        None => Ok(AppliedObject {
-                            resource,
-                            object: existing.unwrap_or(Value::Null),
-                        }),
-                    },
-                    None,
-                )
-            };
-            if refusal.is_some() {
-                tracing::info!(work = %target.work, %object, reason = why.as_str(), "{message}");
-            }
-            return ManifestOutcome { refusal, ..left };
-        }
-        Decision::Apply { body, correction } => (body, correction),
-    };
-    let started = Instant::now();
-    let result = api
-        .patch(
-            &m.name,
-            &PatchParams::apply(MEMBER_AGENT).force(),
-            &Patch::Apply(&body),
-        )
-        .await;
-    ctx.metrics
-        .apply(result.is_ok(), started.elapsed().as_secs_f64());
-    let applied = match result {
-        Ok(applied) => applied,
-        Err(e) => {
-            if is_not_found(&e) {
-                // The resource itself may be gone (e.g. its CRD was deleted).
-                ctx.kinds.forget(&m.gvk());
-            }
-            return fail(identifier, format!("{object}: {}", api_message(&e)));
-        }
-    };
-    if existing.is_none() {
-        tracing::info!(work = %target.work, %object, "created");
-    } else {
-        tracing::debug!(work = %target.work, %object, "applied");
-    }
-    if let Some(fields) = &correction {
-        ctx.metrics.drift_corrected(&m.kind);
-        let what = fields
-            .iter()
-            .take(3)
-            .map(describe_diff)
-            .collect::<Vec<_>>()
-            .join("; ");
-        let note = format!("restored the hub's values of {object} (changed on the member: {what})");
-        tracing::info!(work = %target.work, %object, "{note}");
-        record_correction(ctx, &applied, target.work, &note).await;
-    }
-    let value = match serde_json::to_value(&applied) {
-        Ok(v) => v,
-        Err(source) => {
-            let e = Error::Json {
-                what: object.clone(),
-                source,
-            };
-            return fail(identifier, e.to_string());
-        }
-    };
-    ManifestOutcome {
-        correction,
-        ..outcome(
-            Ok(AppliedObject {
-                resource,
-                object: value,
-            }),
-            Some(hash),
-        )
-    }
-}
-
-/// Reads one object from the member's API server (counted: the watch caches answer the rest).
-async fn read(
-    ctx: &Context,
-    api: &Api<DynamicObject>,
-    name: &str,
-) -> Result<Option<DynamicObject>, kube::Error> {
-    ctx.metrics.object_read();
-    api.get_opt(name).await
-}
-
-/// `spec.replicas: 5 on the member, 2 on the hub`.
-fn describe_diff(d: &FieldDiff) -> String {
-    let value = |v: &Option<String>| v.clone().unwrap_or_else(|| "absent".to_string());
-    if d.path == "." {
-        return "the object was deleted".to_string();
-    }
-    format!(
-        "{} is {} on the member, {} on the hub",
-        d.path,
-        value(&d.member_value),
-        value(&d.hub_value)
-    )
-}
-
-/// Raises a `DriftCorrected` Event on the member's object and on the hub's Work (best effort:
-/// the Work's status records the correction too).
-async fn record_correction(ctx: &Context, applied: &DynamicObject, work: &str, note: &str) {
-    let event = Event {
-        type_: EventType::Normal,
-        reason: "DriftCorrected".into(),
-        note: Some(note.chars().take(1000).collect()),
-        action: "Restore".into(),
-        secondary: None,
-    };
-    let member_ref = ObjectReference {
-        api_version: applied.types.as_ref().map(|t| t.api_version.clone()),
-        kind: applied.types.as_ref().map(|t| t.kind.clone()),
-        name: applied.metadata.name.clone(),
-        namespace: applied.metadata.namespace.clone(),
-        uid: applied.metadata.uid.clone(),
-        ..Default::default()
-    };
-    if let Err(e) = ctx.member_events.publish(&event, &member_ref).await {
-        tracing::debug!(error = %e, "recording a member event");
-    }
-    let Some((namespace, name)) = work.split_once('/') else {
-        return;
-    };
-    let work_ref = ObjectReference {
-        api_version: Some(Work::api_version(&()).into_owned()),
-        kind: Some(Work::kind(&()).into_owned()),
-        name: Some(name.to_string()),
-        namespace: Some(namespace.to_string()),
-        ..Default::default()
-    };
-    if let Err(e) = ctx.hub_events.publish(&event, &work_ref).await {
-        tracing::debug!(error = %e, "recording a hub event");
-    }
+    ctx.written_works.record(&name, written);
+    Ok(true)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+
+    /// The controller as [`run`] configures it, over ConfigMaps: a reconcile takes 100 ms; a
+    /// storm of events for the same object during it makes exactly one more reconcile, started
+    /// the moment the first ends (leading edge, no fixed delay).
+    #[tokio::test(start_paused = true)]
+    async fn events_during_a_reconcile_make_one_more_at_once() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use kube::runtime::{Controller, reflector, watcher};
+        use tokio::time::Instant;
+
+        let (reader, mut writer) = reflector::store::<ConfigMap>();
+        let object = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("app".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        // Listed, as a watcher lists: the controller runs nothing until its store is ready.
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(object.clone()),
+            watcher::Event::InitDone,
+        ] {
+            writer.apply_watcher_event(&event);
+        }
+        let (events, triggers) = futures::channel::mpsc::unbounded();
+        let starts: Arc<Mutex<Vec<Instant>>> = Arc::default();
+        let controller = Controller::for_stream(
+            futures::stream::pending::<Result<ConfigMap, watcher::Error>>(),
+            reader,
+        )
+        .with_config(controller_config())
+        .reconcile_on(triggers);
+        let run = tokio::spawn(
+            controller
+                .run(
+                    |_, starts: Arc<Mutex<Vec<Instant>>>| async move {
+                        starts.lock().unwrap().push(Instant::now());
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        Ok::<_, kube::Error>(Action::await_change())
+                    },
+                    |_, _, _| Action::await_change(),
+                    starts.clone(),
+                )
+                .for_each(|_| async {}),
+        );
+        let event = || events.unbounded_send(ObjectRef::from_obj(&object)).unwrap();
+        let t0 = Instant::now();
+        event();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        for _ in 0..5 {
+            event();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        run.abort();
+        let offsets: Vec<Duration> = starts.lock().unwrap().iter().map(|t| *t - t0).collect();
+        assert_eq!(
+            offsets,
+            [Duration::ZERO, Duration::from_millis(100)],
+            "reconciles started at these offsets from the first event"
+        );
+    }
 
     #[test]
     fn workload_events_map_to_their_work_in_this_namespace_only() {

@@ -11,6 +11,7 @@ mod autoupdate;
 mod dashboard;
 mod fleet_objects;
 mod member_path;
+mod member_path_strategies;
 mod metric_gates;
 mod overrides;
 mod process;

@@ -1,8 +1,11 @@
 //! The member path, with the fleet's real members and their real agents (member-1..3: each its
 //! own API server, controller manager and kwok nodes): how soon a change of a hub object reaches
-//! the members, how soon a workload that turned available is reported, how soon drift is
-//! restored, what a one-object change in a 500-object Work costs the member's API server, and
-//! 200 Works changed at once on one member (with the agent's CPU time and memory).
+//! the members, how soon a workload that turned available is reported (and the agents' own
+//! requests per reconcile), how soon drift is restored, how soon it is reported under
+//! `IfNotDrifted` and how soon an approval reaches the next stage's member
+//! ([`member_path_strategies`](crate::member_path_strategies)), what a one-object change in a
+//! 500-object Work costs the member's API server, and 200 Works changed at once on one member
+//! (with the agent's CPU time and memory).
 //!
 //! Timestamps come from this process's watches of the hub's Works and of the members' objects,
 //! so each figure includes one watch delivery at each end.
@@ -28,14 +31,14 @@ use crate::sim::BENCH_LABEL;
 use crate::stats::summarize;
 
 /// Prefix of every namespace and placement of this scenario.
-const PREFIX: &str = "bench-mp";
+pub(crate) const PREFIX: &str = "bench-mp";
 /// Objects in the large Work.
 const LARGE: usize = 500;
 /// Works changed at once on one member.
 const BURST: usize = 200;
 
 /// First-seen times of `(key, value)`.
-type Seen = Arc<Mutex<BTreeMap<(String, String), Instant>>>;
+pub(crate) type Seen = Arc<Mutex<BTreeMap<(String, String), Instant>>>;
 
 fn first_seen(seen: &Seen, key: &str, value: &str) {
     if let Ok(mut s) = seen.lock() {
@@ -44,7 +47,7 @@ fn first_seen(seen: &Seen, key: &str, value: &str) {
     }
 }
 
-fn seen_at(seen: &Seen, key: &str, value: &str) -> Option<Instant> {
+pub(crate) fn seen_at(seen: &Seen, key: &str, value: &str) -> Option<Instant> {
     seen.lock()
         .ok()?
         .get(&(key.to_string(), value.to_string()))
@@ -55,7 +58,7 @@ fn seen_at(seen: &Seen, key: &str, value: &str) -> Option<Instant> {
 /// background, recording for each object the first time `value` returns each value, keyed by
 /// `namespace/name`. The bench's own objects carry [`BENCH_LABEL`]; the Works the hub writes for
 /// them carry their placement's label instead.
-fn record<K>(
+pub(crate) fn record<K>(
     api: Api<K>,
     labels: String,
     seen: Seen,
@@ -132,11 +135,11 @@ fn deployment_available_image(d: &Deployment) -> Option<String> {
 }
 
 /// The selector of the Works the hub writes for placement `name`.
-fn placement_label(name: &str) -> String {
+pub(crate) fn placement_label(name: &str) -> String {
     format!("{}={name}", names::PLACEMENT_LABEL)
 }
 
-fn meta(name: &str, namespace: Option<&str>) -> Value {
+pub(crate) fn meta(name: &str, namespace: Option<&str>) -> Value {
     let mut m = json!({"name": name, "labels": {BENCH_LABEL: "true"}});
     if let Some(ns) = namespace {
         m["namespace"] = json!(ns);
@@ -148,8 +151,9 @@ impl Bench {
     /// Every member-path figure over the fleet's real members, then clean-up.
     pub(crate) async fn member_path(&mut self, iterations: usize) -> anyhow::Result<()> {
         let result = self.member_path_runs(iterations).await;
+        let strategies = self.member_path_strategies_clean_up().await;
         let cleaned = self.member_path_clean_up().await;
-        result.and(cleaned)
+        result.and(strategies).and(cleaned)
     }
 
     async fn member_path_runs(&mut self, iterations: usize) -> anyhow::Result<()> {
@@ -277,8 +281,16 @@ impl Bench {
 
         // 2. Workload available on the member → the Work says so.
         let start = Instant::now();
+        // Wall-clock times of the slowest samples, to find them in the agents' logs.
+        let wall = |at: Instant| {
+            jiff::Timestamp::now()
+                - jiff::SignedDuration::try_from(Instant::now().saturating_duration_since(at))
+                    .unwrap_or_default()
+        };
         let mut noticed = Vec::new();
+        let mut slowest: Vec<(Duration, String)> = Vec::new();
         let rounds = iterations.clamp(1, 20);
+        let requests_before = self.agent_requests(members).await?;
         for i in 1..=rounds {
             let image = format!("registry.invalid/web:{i}");
             self.content(&ns, 1, &iterations.to_string(), &image)
@@ -301,9 +313,33 @@ impl Bench {
                 ) else {
                     continue;
                 };
-                noticed.push(rep.saturating_duration_since(avail));
+                let took = rep.saturating_duration_since(avail);
+                noticed.push(took);
+                slowest.push((
+                    took,
+                    format!("{c} rollout {i} (available at {})", wall(avail)),
+                ));
             }
         }
+        slowest.sort_by_key(|s| std::cmp::Reverse(s.0));
+        let slowest: Vec<String> = slowest
+            .iter()
+            .take(3)
+            .map(|(d, what)| format!("{} ms: {what}", d.as_millis()))
+            .collect();
+        let requests_after = self.agent_requests(members).await?;
+        let delta = |k: &str| {
+            requests_after.get(k).copied().unwrap_or(0.0)
+                - requests_before.get(k).copied().unwrap_or(0.0)
+        };
+        let reconciles = delta("reconciles");
+        let per = |k: &str| {
+            format!(
+                "{k} {:.0} ({:.2}/reconcile)",
+                delta(k),
+                delta(k) / reconciles.max(1.0)
+            )
+        };
         self.report(Scenario {
             name: format!("member path: {rounds} rollouts × {members} real members"),
             members,
@@ -312,6 +348,16 @@ impl Bench {
                 "Deployment available on the member → Work Available=True".into(),
                 summarize(&noticed),
             )),
+            notes: vec![
+                format!(
+                    "the agents' own requests over {reconciles:.0} reconciles: {}, {}, {}, {}",
+                    per("read-work"),
+                    per("apply-applied-work"),
+                    per("write-applied-work-status"),
+                    per("write-work-status"),
+                ),
+                format!("slowest: {}", slowest.join("; ")),
+            ],
             ..Default::default()
         });
 
@@ -385,7 +431,17 @@ impl Bench {
             });
         }
 
-        // 4. One object changed in a 500-object Work: the member API calls it costs.
+        // 4. whenToApply: IfNotDrifted on member-1: an edit → reported in the Work's status.
+        self.member_path_if_not_drifted(rounds, &member_clients[0])
+            .await?;
+
+        // 5. Approval → the object on the next stage's first member (member-1, then member-2).
+        if members >= 2 {
+            self.member_path_approvals(iterations, &member_clients[1])
+                .await?;
+        }
+
+        // 6. One object changed in a 500-object Work: the member API calls it costs.
         let large = format!("{PREFIX}-large");
         let mut objects: Vec<Value> = (1..LARGE)
             .map(|i| {
@@ -406,33 +462,19 @@ impl Bench {
         rolling_placement(&hub, &large, &clusters[..1]).await?;
         let member_large: Api<ConfigMap> = Api::namespaced(member.clone(), &large);
         wait_count(&member_large, LARGE, self.timeout).await?;
-        let calls = || async {
-            let m = self.agent_metrics(1).await?;
-            Ok::<f64, anyhow::Error>(
-                metric(
-                    &m,
-                    "fleethub_member_agent_applies_total{result=\"success\"}",
-                ) + metric(
-                    &m,
-                    "fleethub_member_agent_applies_total{result=\"failure\"}",
-                ) + metric(&m, "fleethub_member_agent_object_reads_total"),
-            )
-        };
-        // Settle: the agent's reconciles of the new objects are done when its counters rest.
-        let mut before = calls().await?;
-        loop {
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            let now = calls().await?;
-            if now == before {
-                break;
-            }
-            before = now;
-        }
+        let large_work = (
+            names::member_namespace(&clusters[0]),
+            names::work_name(&large),
+        );
+        // Settled: the Work reports its generation applied, and then the agent's counters
+        // (manifest applies and reads, reconciles) rest over three readings 200 ms apart.
+        self.wait_work_applied(&large_work.0, &large_work.1).await?;
+        let before = self.agent_calls_settled(1).await?;
         let start = Instant::now();
         set_value(&hub, &large, "c-0", "1").await?;
         let changed = wait_value(&member_large, "c-0", "1", self.timeout).await?;
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let after = calls().await?;
+        self.wait_work_applied(&large_work.0, &large_work.1).await?;
+        let after = self.agent_calls_settled(1).await?;
         self.report(Scenario {
             name: format!("member path: one object changed in a {LARGE}-object Work"),
             members: 1,
@@ -444,7 +486,7 @@ impl Bench {
             ..Default::default()
         });
 
-        // 5. 200 Works changed at once on member-1.
+        // 7. 200 Works changed at once on member-1.
         let agent = Sampler::start(self.fleet.dir(), "member-1-agent");
         for b in 0..BURST {
             let ns = format!("{PREFIX}-b{b:03}");
@@ -520,7 +562,7 @@ impl Bench {
 
     /// Namespace `ns` on the hub with ConfigMap `c-0` (`data.v: value`) and, unless `image` is
     /// empty, Deployment `web` (`replicas`, `image`).
-    async fn content(
+    pub(crate) async fn content(
         &self,
         ns: &str,
         replicas: i32,
@@ -579,6 +621,102 @@ impl Bench {
             anyhow::ensure!(Instant::now() < deadline, "{key} not restored to {value}");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// Waits until Work `namespace/name` reports `Applied=True` for its current generation.
+    pub(crate) async fn wait_work_applied(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> anyhow::Result<()> {
+        let works: Api<Work> = Api::namespaced(self.client.clone(), namespace);
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            if let Some(w) = works.get_opt(name).await?
+                && let Some(status) = &w.status
+                && fleethub_crds::conditions::find(&status.conditions, "Applied").is_some_and(|c| {
+                    c.status == "True" && c.observed_generation == w.metadata.generation
+                })
+            {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "Work {namespace}/{name} not applied within {:?}",
+                self.timeout
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Member agent `i`'s manifest applies and reads so far, once they rest: read every 200 ms
+    /// until three readings in a row (and its reconcile count) are the same, within the
+    /// bench's timeout.
+    async fn agent_calls_settled(&self, i: usize) -> anyhow::Result<f64> {
+        let read = || async {
+            let m = self.agent_metrics(i).await?;
+            let calls = metric(
+                &m,
+                "fleethub_member_agent_applies_total{result=\"success\"}",
+            ) + metric(
+                &m,
+                "fleethub_member_agent_applies_total{result=\"failure\"}",
+            ) + metric(&m, "fleethub_member_agent_object_reads_total");
+            let reconciles = metric(
+                &m,
+                "fleethub_member_agent_reconciles_total{result=\"success\"}",
+            ) + metric(
+                &m,
+                "fleethub_member_agent_reconciles_total{result=\"failure\"}",
+            );
+            Ok::<(f64, f64), anyhow::Error>((calls, reconciles))
+        };
+        let deadline = Instant::now() + self.timeout;
+        let mut last = read().await?;
+        let mut same = 0;
+        while same < 3 {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "member-{i}'s agent kept applying for {:?}",
+                self.timeout
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let now = read().await?;
+            if now == last {
+                same += 1;
+            } else {
+                (last, same) = (now, 0);
+            }
+        }
+        Ok(last.0)
+    }
+
+    /// The member agents' `fleethub_member_agent_work_requests_total` by request, and their
+    /// reconciles, summed over agents `1..=members`.
+    pub(crate) async fn agent_requests(
+        &self,
+        members: usize,
+    ) -> anyhow::Result<BTreeMap<String, f64>> {
+        let mut sums = BTreeMap::new();
+        for i in 1..=members {
+            let m = self.agent_metrics(i).await?;
+            for line in m.lines() {
+                let Some((series, value)) = line.rsplit_once(' ') else {
+                    continue;
+                };
+                let key = if let Some(rest) =
+                    series.strip_prefix("fleethub_member_agent_work_requests_total{request=\"")
+                {
+                    rest.trim_end_matches("\"}").to_string()
+                } else if series.starts_with("fleethub_member_agent_reconciles_total{") {
+                    "reconciles".to_string()
+                } else {
+                    continue;
+                };
+                *sums.entry(key).or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
+            }
+        }
+        Ok(sums)
     }
 
     /// The member agent `i`'s metrics page.

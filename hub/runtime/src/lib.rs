@@ -115,7 +115,20 @@ pub fn reflected_stream<K>(
 where
     K: Watched,
 {
-    touched_after_sync(reflected_events(api, writer))
+    touched_after_sync(reflected_events(api, watcher_config(), writer))
+}
+
+/// Like [`reflected_stream`], with a watch configuration of its own (`config`, e.g.
+/// [`watcher_config`] with a label selector).
+pub fn reflected_stream_with<K>(
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+    writer: kube::runtime::reflector::store::Writer<K>,
+) -> impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static
+where
+    K: Watched,
+{
+    touched_after_sync(reflected_events(api, config, writer))
 }
 
 /// Like [`reflected_stream`], with `slim` applied to every object before the store holds it
@@ -139,16 +152,17 @@ where
     )
 }
 
-/// `api`'s watch events with [`watcher_config`] and [`watch_backoff`], each applied to
-/// `writer`'s store before it is passed on.
+/// `api`'s watch events with `config` and [`watch_backoff`], each applied to `writer`'s store
+/// before it is passed on.
 fn reflected_events<K: Watched>(
     api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
     writer: kube::runtime::reflector::store::Writer<K>,
 ) -> impl futures::Stream<Item = Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>>
 + Send
 + 'static {
     use kube::runtime::WatchStreamExt;
-    kube::runtime::watcher(api, watcher_config())
+    kube::runtime::watcher(api, config)
         .backoff(watch_backoff())
         .reflect(writer)
 }
@@ -174,7 +188,7 @@ where
     K: Watched,
 {
     let (reader, writer) = kube::runtime::reflector::store();
-    let events = reflected_events(api, writer);
+    let events = reflected_events(api, watcher_config(), writer);
     kube::runtime::Controller::for_stream(synced_objects(events, false), reader)
 }
 
@@ -199,7 +213,7 @@ where
     let (reader, writer) = kube::runtime::reflector::store();
     let (tx, rx) = futures::channel::mpsc::unbounded();
     // Each event reaches the store before it is passed on.
-    let events = reflected_events(api, writer).inspect(move |event| {
+    let events = reflected_events(api, watcher_config(), writer).inspect(move |event| {
         if let Ok(Event::Apply(o) | Event::Delete(o)) = event {
             let _ = tx.unbounded_send(change(o));
         }
