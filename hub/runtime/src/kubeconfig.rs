@@ -40,9 +40,10 @@ pub const MAX_CONCURRENT_REQUESTS: usize = 64;
 /// that never got an answer (a dropped connection the client did not notice) waited forever
 /// and halted whatever awaited it: the hub's placement controller stopped for good that way
 /// during a benchmark. The API server answers other requests within its own 60 s
-/// `--request-timeout`, and closes watches at their 290 s `timeoutSeconds` (kube's watcher),
-/// so this cuts off only what would never have finished.
-pub const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(295);
+/// `--request-timeout`, and closes watches at their `timeoutSeconds`
+/// ([`crate::WATCH_TIMEOUT_SECONDS`], 60 s), so this cuts off only what would never have
+/// finished, and a dead watch connection is noticed within 75 s.
+pub const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(75);
 
 fn with_timeouts(mut config: Config) -> Config {
     config.read_timeout = Some(READ_TIMEOUT);

@@ -71,12 +71,22 @@ impl<K> Watched for K where
 {
 }
 
+/// How long the API server keeps one watch request open (`timeoutSeconds`); the watcher then
+/// resumes from the last resource version it saw. kube's default is 290 s, and a watch whose
+/// connection died unnoticed stays silent until the client's read timeout
+/// ([`kubeconfig::READ_TIMEOUT`]) cuts it: after a hub API server restart in CI, the update-run
+/// controller's watches saw nothing for about 290 s (a run created meanwhile was not started,
+/// and its member's labels were read from before they were set).
+pub const WATCH_TIMEOUT_SECONDS: u32 = 60;
+
 /// The watch configuration every fleethub watcher uses. Lists (the initial one, and the relist
 /// after a watch expired) are quorum reads (`ListSemantic::MostRecent`): a list served from a
 /// restarted API server's cache can hand back a resource version older than that cache's window.
+/// Each watch request lasts at most [`WATCH_TIMEOUT_SECONDS`].
 pub fn watcher_config() -> kube::runtime::watcher::Config {
     kube::runtime::watcher::Config::default()
         .list_semantic(kube::runtime::watcher::ListSemantic::MostRecent)
+        .timeout(WATCH_TIMEOUT_SECONDS)
 }
 
 /// How watchers retry after an error: 250 ms doubling up to 5 s (with jitter), reset after
