@@ -12,7 +12,7 @@ use fleethub_crds::PhasedRollout;
 use fleethub_crds::conditions::find;
 use fleethub_crds::metric_check::MetricCheckResult;
 use fleethub_crds::phased_rollout::{PhasedRolloutPhase, ROLLED_OUT, reason};
-use fleethub_testkit::{Cleanup, Fleet, TestGauge, unique_name, wait_for};
+use fleethub_testkit::{Cleanup, Fleet, TestGauge, poll_until, unique_name, wait_for};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Namespace;
@@ -194,14 +194,11 @@ async fn a_statefulset_rolls_a_pod_at_a_time_while_the_metric_passes() {
         }
     });
     let observed = || seen.lock().unwrap().clone();
-    let started = tokio::time::Instant::now();
-    while observed().is_empty() {
-        assert!(
-            started.elapsed() < TIMEOUT,
-            "the StatefulSet's watch never listed it"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    poll_until("the StatefulSet's watch to list it", TIMEOUT, || async {
+        (!observed().is_empty()).then_some(())
+    })
+    .await
+    .unwrap();
 
     // A new revision: every step waits for the check.
     set_image(&sets, "db", "registry.invalid/db:2").await;
@@ -231,18 +228,12 @@ async fn a_statefulset_rolls_a_pod_at_a_time_while_the_metric_passes() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // The watch has delivered the final 5 once the GET above saw it.
-    let started = tokio::time::Instant::now();
-    let seen = loop {
+    let seen = poll_until("the watch to see the final partition", TIMEOUT, || async {
         let seen = observed();
-        if seen.len() > 1 && seen.last().map(|(p, _)| *p) == Some(5) {
-            break seen;
-        }
-        assert!(
-            started.elapsed() < TIMEOUT,
-            "the watch never saw the final partition: {seen:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        (seen.len() > 1 && seen.last().map(|(p, _)| *p) == Some(5)).then_some(seen)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {:?}", observed()));
     observer.abort();
     assert!(paused, "the rollout never reached partition 3: {seen:?}");
     // Each partition came down by one, and only once the pods above it were rolled.
