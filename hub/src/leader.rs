@@ -10,18 +10,20 @@
 //! - Every write carries the `resourceVersion` it read: of two candidates only one write wins.
 //! - The leader renews every retry period; when it could not renew for the renew deadline
 //!   (shorter than the lease duration) it stops reconciling before anyone else may take over.
-//! - On graceful shutdown the leader releases the lease (empties the holder), so a standby takes
-//!   over at its next check instead of after the lease duration.
+//! - On graceful shutdown the leader releases the lease (empties the holder); a standby watches
+//!   the lease and takes it as soon as it sees the release, instead of after the lease duration.
 //!
 //! [`decide`] and [`must_step_down`] are the pure part; [`LeaderElector`] does the API calls.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::PostParams;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use prometheus_client::metrics::gauge::Gauge;
 use tokio_util::sync::CancellationToken;
@@ -253,6 +255,15 @@ enum Attempt {
     Conflict,
 }
 
+/// Whether nobody holds `lease` (a leader released it, or it was never taken).
+fn is_released(lease: &Lease) -> bool {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        .is_none_or(str::is_empty)
+}
+
 /// Takes, holds and releases the lease for this process.
 pub struct LeaderElector {
     api: Api<Lease>,
@@ -297,6 +308,19 @@ impl LeaderElector {
             lease = %format!("{}/{}", self.config.namespace, self.config.name),
             "waiting to lead"
         );
+        // A release (a leader's graceful shutdown) is seen through a watch of the lease and
+        // answered at once; the retry period is the fallback (a leader that died without
+        // releasing: its record must age for the lease duration anyway).
+        let selector = format!("metadata.name={}", self.config.name);
+        let mut released = std::pin::pin!(
+            watcher::watcher(
+                self.api.clone(),
+                fleethub_runtime::watcher_config().fields(&selector)
+            )
+            .default_backoff()
+            .applied_objects()
+            .filter(|lease| std::future::ready(lease.as_ref().is_ok_and(is_released)))
+        );
         loop {
             let attempt = tokio::select! {
                 a = tokio::time::timeout(self.config.retry_period * 2, self.attempt()) => a,
@@ -331,6 +355,9 @@ impl LeaderElector {
             }
             tokio::select! {
                 _ = tokio::time::sleep(self.config.retry_period) => {}
+                Some(_) = released.next() => {
+                    tracing::debug!(identity = %self.config.identity, "the leader released the lease; trying to take it");
+                }
                 _ = shutdown.cancelled() => return false,
             }
         }

@@ -29,8 +29,13 @@ use tokio_util::sync::CancellationToken;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// How long controllers may take to finish in-flight reconciles after SIGTERM.
-const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long controllers may take to finish in-flight reconciles after SIGTERM, before the lease
+/// is released. Short, because a standby waits for the release to lead (a rolling update or a
+/// deleted leader pod stalls every run until then); a reconcile cut short is no worse than a
+/// crash, which every controller survives (what was written is in the API server, and the next
+/// leader reconciles everything again). Was 5 s: a deleted leader pod then took up to 7.6 s to
+/// hand over.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 /// How long controllers may take to stop after this hub lost the leader-election lease.
 const LOST_LEASE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
