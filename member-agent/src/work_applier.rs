@@ -18,6 +18,7 @@
 //!
 //! How each manifest is applied (or skipped, or left differing) is in [`apply`].
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -30,6 +31,7 @@ use fleethub_crds::work::DEFAULT_HEALTH_TIMEOUT;
 use fleethub_runtime::Health;
 use fleethub_runtime::retry::{Backoff, ERROR_BACKOFF, FailureBackoff};
 use futures::{FutureExt, StreamExt};
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -97,6 +99,37 @@ pub struct Context {
     pub(crate) hub_events: Recorder,
     /// Stops the member object watches.
     stop_watches: CancellationToken,
+    /// When each Work's status was last written (progress is written at most once per
+    /// [`work_status::PROGRESS_WRITE_INTERVAL`]).
+    status_writes: StatusWrites,
+}
+
+/// When the agent last wrote each Work's status, by `namespace/name`.
+#[derive(Default)]
+struct StatusWrites(Mutex<HashMap<String, Timestamp>>);
+
+impl StatusWrites {
+    fn last(&self, key: &str) -> Option<Timestamp> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .copied()
+    }
+
+    fn wrote(&self, key: &str, at: Timestamp) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.to_string(), at);
+    }
+
+    fn forget(&self, key: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+    }
 }
 
 impl Context {
@@ -140,6 +173,7 @@ impl Context {
             applied_works_writer: Mutex::new(Some(applied_works_writer)),
             written_applied_works: LastWritten::default(),
             stop_watches,
+            status_writes: StatusWrites::default(),
         }
     }
 }
@@ -295,6 +329,7 @@ async fn reconcile(work: Arc<Work>, ctx: Arc<Context>) -> Result<Action, Error> 
             return Ok(Action::await_change());
         };
         if work.metadata.deletion_timestamp.is_some() {
+            ctx.status_writes.forget(&key);
             let action = cleanup::finalize(&work, &ctx).await?;
             ctx.metrics.reconciled(true);
             return Ok(action);
@@ -349,12 +384,27 @@ async fn reconcile(work: Arc<Work>, ctx: Arc<Context>) -> Result<Action, Error> 
                 .as_ref()
                 .is_some_and(ApplyStrategy::report_only),
         });
+        // Progress alone (a workload's ready count) is written at most once per interval, so the
+        // write that reports it available does not wait behind one that reported progress.
+        let held_back = match &work.status {
+            Some(previous) if work_status::only_messages_differ(previous, &plan.status) => {
+                work_status::progress_write_delay(ctx.status_writes.last(&key), ctx.clock.now())
+            }
+            _ => None,
+        };
         let before_write = std::time::Instant::now();
-        let wrote = write_status(&work, &plan.status, &ctx).await?;
+        let wrote = match held_back {
+            Some(_) => false,
+            None => write_status(&work, &plan.status, &ctx).await?,
+        };
+        if wrote {
+            ctx.status_writes.wrote(&key, ctx.clock.now());
+        }
         pruned?;
         tracing::debug!(
             took_ms = started.elapsed().as_millis() as u64,
             status_write_ms = wrote.then(|| before_write.elapsed().as_millis() as u64),
+            progress_held_back_ms = held_back.map(|d| d.as_millis() as u64),
             "reconciled"
         );
 
@@ -371,7 +421,7 @@ async fn reconcile(work: Arc<Work>, ctx: Arc<Context>) -> Result<Action, Error> 
         } else {
             ctx.failures.failed_with(key.clone(), APPLY_RETRY)
         };
-        Ok(Action::requeue(next))
+        Ok(Action::requeue(held_back.map_or(next, |d| d.min(next))))
     }
     .instrument(span)
     .await
