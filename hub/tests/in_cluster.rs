@@ -19,13 +19,18 @@ use fleethub_crds::{
     ApprovalRequest, MemberCluster, Placement, ResourceSnapshot, StagedUpdateStrategy, UpdateRun,
     names,
 };
-use fleethub_testkit::{Cleanup, Fleet, http_get, poll_until, unique_name, wait_for};
+use fleethub_testkit::{
+    Cleanup, Fleet, demo_deployment, http_get, poll_until, unique_name, wait_for,
+};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// Pods start on a real node (image pulls from the local registry included) within seconds;
 /// generous for a loaded CI machine.
@@ -298,26 +303,13 @@ impl Demo {
         demo
     }
 
-    /// The hub's Deployment `demo` (2 replicas, the restricted security context, a readiness
-    /// probe) with `image`.
+    /// The hub's Deployment `demo` ([`demo_deployment`]) with `image`.
     async fn set_image(&self, image: &str) {
-        let d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "demo"},
-            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "demo"}},
-                "template": {"metadata": {"labels": {"app": "demo"}}, "spec": {
-                    "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
-                    "terminationGracePeriodSeconds": 2,
-                    "containers": [{"name": "demo", "image": image,
-                        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
-                        "ports": [{"containerPort": 8080}],
-                        "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 1},
-                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
-                        "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
-                                            "capabilities": {"drop": ["ALL"]}}}]}}}});
         Api::<Deployment>::namespaced(self.hub.clone(), &self.id)
             .patch(
                 "demo",
                 &PatchParams::apply("in-cluster-test").force(),
-                &Patch::Apply(&d),
+                &Patch::Apply(&demo_deployment(image)),
             )
             .await
             .unwrap();
@@ -383,6 +375,105 @@ impl Demo {
         )
         .await
         .unwrap();
+    }
+
+    /// Approves `gate` (after `stage` of `run`) by clicking in real Chromium on the in-cluster
+    /// dashboard, reached as a person tries it: `kubectl port-forward` to its Service. The person
+    /// is ServiceAccount `approver` in the demo's namespace, bound to the `fleethub:admin` role
+    /// `deploy/hub` ships, signed in with a token from the TokenRequest API. Returns the
+    /// person's user name.
+    async fn approve_in_dashboard(
+        &self,
+        fleet: &Fleet,
+        run: &str,
+        stage: &str,
+        gate: &str,
+    ) -> String {
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.hub.clone(), &self.id);
+        accounts
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": "approver"}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        let binding = format!("{}-approver", self.id);
+        self.cleanup
+            .track::<ClusterRoleBinding>("real-hub", None, &binding);
+        Api::<ClusterRoleBinding>::all(self.hub.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": binding},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "fleethub:admin"},
+                    "subjects": [{"kind": "ServiceAccount", "name": "approver", "namespace": self.id}]}))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+        let request: TokenRequest =
+            serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 600}}))
+                .unwrap();
+        let token = accounts
+            .create_token_request("approver", &PostParams::default(), &request)
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .token;
+
+        let mut forward = tokio::process::Command::new(
+            std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into()),
+        )
+        .arg("--kubeconfig")
+        .arg(fleet.kubeconfig("real-hub"))
+        .args([
+            "-n",
+            "fleethub-system",
+            "port-forward",
+            "svc/fleethub-dashboard",
+            ":80",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+        // "Forwarding from 127.0.0.1:PORT -> 8080"
+        let mut lines = BufReader::new(forward.stdout.take().unwrap()).lines();
+        let first = tokio::time::timeout(TIMEOUT, lines.next_line())
+            .await
+            .expect("kubectl port-forward to the dashboard did not start")
+            .unwrap()
+            .unwrap_or_default();
+        let port = first
+            .strip_prefix("Forwarding from 127.0.0.1:")
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("unexpected kubectl port-forward output: {first:?}"));
+        // Drain what it prints later, so it never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+
+        let script = fleethub_testkit::repo_root().join("playwright/lib/approve-in-browser.js");
+        let out = tokio::time::timeout(
+            TIMEOUT,
+            tokio::process::Command::new("node")
+                .arg(&script)
+                .args([run, stage, gate])
+                .env("DASHBOARD_URL", format!("http://127.0.0.1:{port}"))
+                .env("APPROVER_TOKEN", token)
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("approving in Chromium did not finish")
+        .expect("node is required (and `npm ci` in playwright/)");
+        assert!(
+            out.status.success(),
+            "approving {gate} in Chromium failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprint!("{}", String::from_utf8_lossy(&out.stdout));
+        drop(forward);
+        format!("system:serviceaccount:{}:approver", self.id)
     }
 
     /// The image of member `i`'s demo Deployment.
@@ -482,6 +573,33 @@ async fn real_pods_move_stage_by_stage_and_bad_images_fail_their_cluster() {
         eprintln!(
             "hub leader {leader} deleted; {next} leads after {:?}",
             started.elapsed()
+        );
+    }
+    if n > 1 {
+        // The gate is approved as a person does: in Chromium, on the dashboard that runs as pods.
+        let gate = format!("{second}-stage-1");
+        let approver = demo
+            .approve_in_dashboard(fleet, &second, "stage-1", &gate)
+            .await;
+        let approved = wait_for(
+            &approvals,
+            &gate,
+            "the approval clicked in the dashboard",
+            TIMEOUT,
+            |a: Option<&ApprovalRequest>| {
+                a.and_then(|a| a.status.as_ref())
+                    .is_some_and(|s| is_true(&s.conditions, "Approved"))
+            },
+        )
+        .await
+        .unwrap();
+        let message = find(&approved.status.unwrap().conditions, "Approved")
+            .unwrap()
+            .message
+            .clone();
+        assert!(
+            message.contains(&approver),
+            "the approval names who clicked ({approver}): {message}"
         );
     }
     let approver = auto_approve(demo.hub.clone(), second.clone());

@@ -242,8 +242,13 @@ export async function launchBrowser() {
 
 /** Signs `page` in as 'admin' or 'viewer' through the sign-in form; lands on `next`. */
 export async function signIn(page, who, next = '/') {
+  await signInWithToken(page, token(who), next);
+}
+
+/** Signs `page` in with bearer token `bearer` through the sign-in form; lands on `next`. */
+export async function signInWithToken(page, bearer, next = '/') {
   await page.goto(`${DASHBOARD_URL}/login?next=${encodeURIComponent(next)}`);
-  await page.fill('#token', token(who));
+  await page.fill('#token', bearer);
   await Promise.all([page.waitForURL((u) => !u.pathname.startsWith('/login')), page.click('button[type=submit]')]);
 }
 

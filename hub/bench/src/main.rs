@@ -10,6 +10,7 @@
 mod autoupdate;
 mod dashboard;
 mod fleet_objects;
+mod in_cluster;
 mod member_path;
 mod member_path_strategies;
 mod metric_gates;
@@ -70,6 +71,15 @@ struct Args {
     /// change in a 500-object Work, and 200 Works changed at once on one member.
     #[arg(long, default_value_t = 0)]
     member_path: usize,
+    /// Image pushes on the in-cluster fleet (0: skip): each a new version tag pushed to the
+    /// fleet's registry, timed to the demo app's pods Ready with it on each real member, through
+    /// an AutoUpdatePolicy and a staged run without gates.
+    #[arg(long, default_value_t = 0)]
+    in_cluster_pushes: usize,
+    /// Deletions of the in-cluster hub's leader pod (0: skip): timed to another pod holding the
+    /// Lease and to a run created right after the deletion having its first status.
+    #[arg(long, default_value_t = 0)]
+    in_cluster_leader_kills: usize,
     /// Members of one placement rolled out twice (0: skip): a run without overrides, then a
     /// run with 10 ResourceOverrides of 5 rules each (time, hub CPU and peak RSS of each).
     #[arg(long, default_value_t = 0)]
@@ -272,6 +282,15 @@ impl Bench {
         if self.args.autoupdate_members > 0 {
             let outcome = self.auto_update(self.args.autoupdate_members).await;
             self.settle("auto-update", outcome, &mut failed).await?;
+        }
+        if self.args.in_cluster_pushes > 0 || self.args.in_cluster_leader_kills > 0 {
+            let outcome = self
+                .in_cluster(
+                    self.args.in_cluster_pushes,
+                    self.args.in_cluster_leader_kills,
+                )
+                .await;
+            self.settle("in-cluster", outcome, &mut failed).await?;
         }
         if self.args.metric_gate_runs > 0 {
             let outcome = self.metric_gates(self.args.metric_gate_runs).await;

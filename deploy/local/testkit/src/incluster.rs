@@ -34,3 +34,21 @@ impl Fleet {
         Ok(format!("{}/demo:{version}", self.registry()?))
     }
 }
+
+/// The demo app's Deployment `demo` running `image`: 2 replicas labelled `app=demo`, the
+/// PodSecurity `restricted` security context, a readiness probe every second (`/readyz`), and the
+/// pod's name in `POD_NAME` (the app answers with its version and pod).
+pub fn demo_deployment(image: &str) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "demo"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "demo"}},
+            "template": {"metadata": {"labels": {"app": "demo"}}, "spec": {
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+                "terminationGracePeriodSeconds": 2,
+                "containers": [{"name": "demo", "image": image,
+                    "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                    "ports": [{"containerPort": 8080}],
+                    "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 1},
+                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
+                    "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+                                        "capabilities": {"drop": ["ALL"]}}}]}}}})
+}

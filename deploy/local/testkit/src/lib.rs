@@ -38,6 +38,7 @@ mod registry;
 pub use registry::{RegistryRepo, Unready};
 
 mod incluster;
+pub use incluster::demo_deployment;
 
 /// Errors of the test kit.
 #[derive(Debug, thiserror::Error)]
