@@ -270,7 +270,7 @@ async fn still_exists(ctx: &Context, binding: &Binding) -> Result<bool, Error> {
 /// unreported.
 async fn observe(ctx: &Context, binding: &Binding) -> Result<Option<Arc<Work>>, Error> {
     let (namespace, name) = work_ref(binding);
-    if fleethub_runtime::ready_within(CACHE_WAIT, ctx.works.wait_until_ready()).await {
+    if fleethub_runtime::ready_within(CACHE_WAIT, || ctx.works.wait_until_ready()).await {
         return Ok(ctx.works.get(&ObjectRef::new(&name).within(&namespace)));
     }
     let works: Api<Work> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -281,7 +281,7 @@ async fn observe(ctx: &Context, binding: &Binding) -> Result<Option<Arc<Work>>, 
 /// Work written meanwhile is rewritten once the cache has it).
 async fn apply_strategy(ctx: &Context, binding: &Binding) -> Option<ApplyStrategy> {
     let name = &binding.spec.placement_name;
-    if !fleethub_runtime::ready_within(CACHE_WAIT, ctx.placements.wait_until_ready()).await {
+    if !fleethub_runtime::ready_within(CACHE_WAIT, || ctx.placements.wait_until_ready()).await {
         tracing::debug!(placement = %name, "placement cache not ready; Work written without its applyStrategy");
     }
     ctx.placements

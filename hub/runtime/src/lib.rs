@@ -181,15 +181,78 @@ fn reflected_events<K: Watched>(
 /// runs again when they did not finish by then.
 pub const CACHE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Whether `ready` (a store's `wait_until_ready()`, or several joined) resolves within
-/// `patience`. Right after a (re)start a reconcile waits the few milliseconds a list takes; but
-/// never without bound: caches whose list cannot complete (an overloaded API server) make the
-/// reconcile retry later instead of hanging.
-pub async fn ready_within<T, E>(
-    patience: std::time::Duration,
-    ready: impl std::future::Future<Output = Result<T, E>>,
-) -> bool {
-    matches!(tokio::time::timeout(patience, ready).await, Ok(Ok(_)))
+/// How often [`ready_within`] asks again. A store's `wait_until_ready()` (kube-runtime 5) keeps
+/// one waker for all its waiters: of several reconciles awaiting the same store at once, only the
+/// last to ask is woken when it becomes ready, and the others slept out their whole patience
+/// (a restarted hub's runs waited 10 s, `CACHE_WAIT`, before progressing). Asking again takes a
+/// lock, no API call.
+const READY_RECHECK: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Whether `ready` (a closure making a store's `wait_until_ready()`, or several joined) resolves
+/// within `patience`. Right after a (re)start a reconcile waits the few milliseconds a list takes;
+/// but never without bound: caches whose list cannot complete (an overloaded API server) make the
+/// reconcile retry later instead of hanging. A fresh `ready()` is awaited every [`READY_RECHECK`],
+/// so a missed wake-up costs at most that.
+pub async fn ready_within<T, E, F>(patience: std::time::Duration, ready: impl Fn() -> F) -> bool
+where
+    F: std::future::Future<Output = Result<T, E>>,
+{
+    let deadline = tokio::time::Instant::now() + patience;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        match tokio::time::timeout(left.min(READY_RECHECK), ready()).await {
+            Ok(outcome) => return outcome.is_ok(),
+            Err(_) => continue,
+        }
+    }
+}
+
+#[cfg(test)]
+mod ready_within_tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+    use std::time::Duration;
+
+    /// Several reconciles wait for the same cache; when its list completes, every one of them
+    /// goes on at once, not when its patience runs out (kube-runtime wakes only the last
+    /// waiter). On tokio's paused clock.
+    #[tokio::test(start_paused = true)]
+    async fn every_waiter_sees_the_cache_become_ready() {
+        let start = tokio::time::Instant::now();
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    super::ready_within(Duration::from_secs(5), || store.wait_until_ready()).await
+                })
+            })
+            .collect();
+        // Every waiter is waiting before the list completes.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        writer.apply_watcher_event(&Event::Init);
+        writer.apply_watcher_event(&Event::InitDone);
+        for w in waiters {
+            assert!(w.await.unwrap(), "a waiter gave up on a ready cache");
+        }
+        let waited = start.elapsed();
+        assert!(
+            waited < Duration::from_secs(1),
+            "a waiter went on only {waited:?} after it started waiting, the cache ready after 50 ms"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cache_that_never_lists_is_given_up_on() {
+        let (store, _writer) = reflector::store::<ConfigMap>();
+        assert!(
+            !super::ready_within(Duration::from_millis(100), || store.wait_until_ready()).await
+        );
+    }
 }
 
 /// A controller of `api`'s objects whose own watch uses [`watcher_config`] and [`watch_backoff`].

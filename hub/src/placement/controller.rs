@@ -130,7 +130,7 @@ async fn reconcile(placement: Arc<Placement>, ctx: Arc<Context>) -> Result<Reque
 /// filled (right after a (re)start or a change of leader) would see a member or binding missing
 /// as unselected.
 async fn caches_ready(ctx: &Context) -> bool {
-    let caches = async {
+    let caches = || async {
         tokio::try_join!(
             ctx.members.wait_until_ready(),
             ctx.bindings.wait_until_ready()

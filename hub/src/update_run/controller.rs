@@ -127,7 +127,7 @@ impl Context {
     /// right after a (re)start or a change of leader, a run initialized on a cache still being
     /// filled would see clusters (or an earlier run) missing.
     async fn caches_ready(&self) -> bool {
-        let caches = async {
+        let caches = || async {
             tokio::try_join!(
                 self.runs.wait_until_ready(),
                 self.members.wait_until_ready(),
