@@ -379,9 +379,9 @@ impl Demo {
 
     /// Approves `gate` (after `stage` of `run`) by clicking in real Chromium on the in-cluster
     /// dashboard, reached as a person tries it: `kubectl port-forward` to its Service. The person
-    /// is ServiceAccount `approver` in the demo's namespace, bound to the `fleethub:admin` role
-    /// `deploy/hub` ships, signed in with a token from the TokenRequest API. Returns the
-    /// person's user name.
+    /// is ServiceAccount `default/<id>-approver` (outside the placed namespace, which every
+    /// object in it would change), bound to the `fleethub:admin` role `deploy/hub` ships, signed
+    /// in with a token from the TokenRequest API. Returns the person's user name.
     async fn approve_in_dashboard(
         &self,
         fleet: &Fleet,
@@ -389,23 +389,25 @@ impl Demo {
         stage: &str,
         gate: &str,
     ) -> String {
-        let accounts: Api<ServiceAccount> = Api::namespaced(self.hub.clone(), &self.id);
+        let person = format!("{}-approver", self.id);
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.hub.clone(), "default");
+        self.cleanup
+            .track::<ServiceAccount>("real-hub", Some("default"), &person);
         accounts
             .create(
                 &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": "approver"}})).unwrap(),
+                &serde_json::from_value(json!({"metadata": {"name": person}})).unwrap(),
             )
             .await
             .unwrap();
-        let binding = format!("{}-approver", self.id);
         self.cleanup
-            .track::<ClusterRoleBinding>("real-hub", None, &binding);
+            .track::<ClusterRoleBinding>("real-hub", None, &person);
         Api::<ClusterRoleBinding>::all(self.hub.clone())
             .create(
                 &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": binding},
+                &serde_json::from_value(json!({"metadata": {"name": person},
                     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "fleethub:admin"},
-                    "subjects": [{"kind": "ServiceAccount", "name": "approver", "namespace": self.id}]}))
+                    "subjects": [{"kind": "ServiceAccount", "name": person, "namespace": "default"}]}))
                 .unwrap(),
             )
             .await
@@ -414,7 +416,7 @@ impl Demo {
             serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 600}}))
                 .unwrap();
         let token = accounts
-            .create_token_request("approver", &PostParams::default(), &request)
+            .create_token_request(&person, &PostParams::default(), &request)
             .await
             .unwrap()
             .status
@@ -473,7 +475,7 @@ impl Demo {
         );
         eprint!("{}", String::from_utf8_lossy(&out.stdout));
         drop(forward);
-        format!("system:serviceaccount:{}:approver", self.id)
+        format!("system:serviceaccount:default:{person}")
     }
 
     /// The image of member `i`'s demo Deployment.
