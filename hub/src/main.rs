@@ -66,6 +66,15 @@ struct Args {
     /// (`metricCheck.secretRef`) are read from here.
     #[arg(long, env = "FLEETHUB_NAMESPACE", default_value = "fleethub-system")]
     namespace: String,
+    /// A registry (`host` or `host:port`, as AutoUpdatePolicy repositories name it) whose tags
+    /// are listed over plain HTTP instead of HTTPS; repeat the flag or separate with commas.
+    /// Loopback registries (`localhost`, `127.0.0.1`, `[::1]`) always are.
+    #[arg(
+        long = "insecure-registry",
+        env = "FLEETHUB_INSECURE_REGISTRIES",
+        value_delimiter = ','
+    )]
+    insecure_registries: Vec<String>,
     #[command(flatten)]
     leader_election: LeaderElectionArgs,
     #[command(flatten)]
@@ -114,8 +123,11 @@ async fn main() -> anyhow::Result<()> {
             run_controllers(
                 client.clone(),
                 clock.clone(),
-                args.heartbeat_stale_multiple,
-                &args.namespace,
+                Settings {
+                    heartbeat_stale_multiple: args.heartbeat_stale_multiple,
+                    namespace: &args.namespace,
+                    insecure_registries: &args.insecure_registries,
+                },
                 metrics.clone(),
                 stop,
             )
@@ -144,15 +156,26 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The controllers' settings from the command line.
+struct Settings<'a> {
+    heartbeat_stale_multiple: u32,
+    namespace: &'a str,
+    insecure_registries: &'a [String],
+}
+
 /// Runs every controller until `stop` is cancelled.
 async fn run_controllers(
     client: kube::Client,
     clock: Arc<dyn Clock>,
-    heartbeat_stale_multiple: u32,
-    namespace: &str,
+    settings: Settings<'_>,
     metrics: Metrics,
     stop: CancellationToken,
 ) {
+    let Settings {
+        heartbeat_stale_multiple,
+        namespace,
+        insecure_registries,
+    } = settings;
     // Each controller on a task of its own, so they use every core and none of them (nor the
     // lease renewal, polled beside this future) waits while another works: joined in one task,
     // a reconcile parsing a large UpdateRun delayed renewals until the lease was lost.
@@ -180,6 +203,7 @@ async fn run_controllers(
         tokio::spawn(autoupdate::controller::run(
             client.clone(),
             namespace.to_string(),
+            insecure_registries.to_vec(),
             clock.clone(),
             metrics.clone(),
             stop.clone(),

@@ -103,8 +103,14 @@ impl Bench {
                          "policy": {"placementType": "PickFixed", "clusterNames": clusters},
                          "strategy": {"type": "External"}}})))
             .await?;
+        // The hub runs in a pod: it lists the tags where pods reach the registry.
+        let repository = format!(
+            "{}/{}",
+            self.fleet.registry_for_pods()?,
+            repo.rsplit('/').next().unwrap_or(repo)
+        );
         let policy = json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "AutoUpdatePolicy", "metadata": meta(NAME),
-            "spec": {"placementName": NAME,
+            "spec": {"placementName": NAME, "repository": repository,
                      "target": {"kind": "Deployment", "namespace": NAME, "name": "demo", "container": "demo"},
                      "schedule": "* * * * * *", "versionConstraint": ">=1.0.0, <2",
                      "stagedRolloutStrategyName": NAME, "healthTimeout": "120s"}});

@@ -64,11 +64,12 @@ pub struct Context {
 pub async fn run(
     client: Client,
     hub_namespace: String,
+    insecure_registries: Vec<String>,
     clock: Arc<dyn Clock>,
     metrics: Metrics,
     shutdown: CancellationToken,
 ) {
-    let registry = RegistryClient::default();
+    let registry = RegistryClient::default().with_insecure_registries(insecure_registries);
     let (runs, runs_writer) = kube::runtime::reflector::store::<UpdateRun>();
     let run_stream =
         fleethub_runtime::reflected_stream(Api::<UpdateRun>::all(client.clone()), runs_writer);

@@ -28,6 +28,16 @@ impl Fleet {
         client(&self.kubeconfig(&format!("real-{i}"))).await
     }
 
+    /// The fleet's registry as pods of the in-cluster fleet reach it: `<the host on the nodes'
+    /// bridge>:PORT`. Images keep naming [`Fleet::registry`] (`127.0.0.1:PORT`), which the
+    /// nodes' containerd mirrors to this address; an AutoUpdatePolicy run by the in-cluster hub
+    /// lists tags here (`spec.repository`).
+    pub fn registry_for_pods(&self) -> Result<String, Error> {
+        let registry = self.registry()?;
+        let port = registry.rsplit(':').next().unwrap_or_default();
+        Ok(format!("{}:{port}", self.env_setting("FLEET_REAL_HUB_IP")?))
+    }
+
     /// The demo app's image at `version` in the fleet's registry (`1.0.0`, `1.1.0`, the broken
     /// `1.2.0`; deploy/local/build-images).
     pub fn demo_image(&self, version: &str) -> Result<String, Error> {
