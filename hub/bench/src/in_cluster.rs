@@ -192,7 +192,6 @@ impl Bench {
             let ready = list
                 .items
                 .iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none())
                 .filter(|p| {
                     p.spec.as_ref().is_some_and(|s| {
                         s.containers
@@ -200,14 +199,7 @@ impl Bench {
                             .any(|c| c.image.as_deref() == Some(image))
                     })
                 })
-                .filter(|p| {
-                    p.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|cs| {
-                            cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                        })
-                })
+                .filter(|p| live_and_ready(p))
                 .count();
             if ready >= 2 {
                 return Ok(Instant::now());
@@ -307,15 +299,7 @@ impl Bench {
                 .await?
                 .items
                 .into_iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none())
-                .filter(|p| {
-                    p.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|cs| {
-                            cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                        })
-                })
+                .filter(live_and_ready)
                 .map(|p| p.name_any())
                 .collect();
             let holder = leases
@@ -346,6 +330,15 @@ impl Bench {
             .map_err(anyhow::Error::from);
         cleaned.map(|_| ()).and(deleted)
     }
+}
+
+/// Whether pod `p` is not being deleted and is Ready.
+fn live_and_ready(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// Copies image `from` to `to` in the fleet's plain-HTTP registry with skopeo.
