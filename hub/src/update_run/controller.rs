@@ -362,6 +362,14 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
     let lookups = look_up(&ctx, &run).await?;
     let mut observed = observe(&ctx, &run, &lookups);
     let mut plan = plan::plan(&observed);
+    if refused_over_member_labels(&plan.status) {
+        // The members cache and the runs cache are filled by separate watches, in no order
+        // between them: a run created right after its clusters were labelled can reach this
+        // reconcile before their new labels do. The run is refused for good only on the
+        // members as the API server has them.
+        observed.cluster_labels = observe::fresh_cluster_labels(&ctx).await?;
+        plan = plan::plan(&observed);
+    }
     if !plan.queries.is_empty() {
         // Metric checks are due: their outcomes are observations too.
         observed.metric_results = query(&ctx, &plan.queries).await;
@@ -369,6 +377,20 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
     }
     act(&ctx, &run, &plan.actions).await?;
     report(&ctx, &run, &plan).await
+}
+
+/// Whether `status` refuses the run at initialization over its clusters' labels or existence,
+/// which the members cache may not show yet.
+fn refused_over_member_labels(status: &fleethub_crds::update_run::UpdateRunStatus) -> bool {
+    find(&status.conditions, fleethub_crds::update_run::INITIALIZED).is_some_and(|c| {
+        c.status == fleethub_crds::conditions::FALSE
+            && [
+                reason::CLUSTER_MATCHES_NO_STAGE,
+                reason::CLUSTER_MATCHES_SEVERAL_STAGES,
+                reason::MEMBER_CLUSTER_NOT_FOUND,
+            ]
+            .contains(&c.reason.as_str())
+    })
 }
 
 /// Writes the run's new status (if it changed), publishes the plan's events, observes the

@@ -99,6 +99,20 @@ async fn newest_override_snapshots(
     Ok(override_apply::choose(None, cluster, namespaced).names())
 }
 
+/// Every member's labels, read from the API server rather than the cache.
+pub(super) async fn fresh_cluster_labels(
+    ctx: &Context,
+) -> Result<BTreeMap<String, BTreeMap<String, String>>, Error> {
+    let members = Api::<MemberCluster>::all(ctx.client.clone())
+        .list_metadata(&Default::default())
+        .await?;
+    Ok(members
+        .items
+        .into_iter()
+        .map(|m| (m.name_any(), m.metadata.labels.unwrap_or_default()))
+        .collect())
+}
+
 /// Everything the planner looks at, from the lookups and the caches.
 pub(super) fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookups) -> Observed<'a> {
     let placement = &run.spec.placement_name;
