@@ -31,6 +31,7 @@ pub mod member_objects;
 pub mod metrics;
 pub mod phased;
 pub mod quantity;
+pub mod status_writes;
 pub mod work_applier;
 pub mod work_status;
 

@@ -18,7 +18,6 @@
 //!
 //! How each manifest is applied (or skipped, or left differing) is in [`apply`].
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -31,7 +30,6 @@ use fleethub_crds::work::DEFAULT_HEALTH_TIMEOUT;
 use fleethub_runtime::Health;
 use fleethub_runtime::retry::{Backoff, ERROR_BACKOFF, FailureBackoff};
 use futures::{FutureExt, StreamExt};
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -50,6 +48,7 @@ use crate::kind_resolver::KindResolver;
 use crate::last_written::{LastWritten, Newest};
 use crate::member_objects::MemberObjects;
 use crate::metrics::{Metrics, request};
+use crate::status_writes::StatusWrites;
 use crate::work_status::{self, ManifestReport, StatusInput};
 use crate::{Error, apply, cleanup, readiness};
 
@@ -100,36 +99,8 @@ pub struct Context {
     /// Stops the member object watches.
     stop_watches: CancellationToken,
     /// When each Work's status was last written (progress is written at most once per
-    /// [`work_status::PROGRESS_WRITE_INTERVAL`]).
+    /// [`crate::status_writes::PROGRESS_WRITE_INTERVAL`]).
     status_writes: StatusWrites,
-}
-
-/// When the agent last wrote each Work's status, by `namespace/name`.
-#[derive(Default)]
-struct StatusWrites(Mutex<HashMap<String, Timestamp>>);
-
-impl StatusWrites {
-    fn last(&self, key: &str) -> Option<Timestamp> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(key)
-            .copied()
-    }
-
-    fn wrote(&self, key: &str, at: Timestamp) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key.to_string(), at);
-    }
-
-    fn forget(&self, key: &str) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(key);
-    }
 }
 
 impl Context {
@@ -388,7 +359,7 @@ async fn reconcile(work: Arc<Work>, ctx: Arc<Context>) -> Result<Action, Error> 
         // write that reports it available does not wait behind one that reported progress.
         let held_back = match &work.status {
             Some(previous) if work_status::only_messages_differ(previous, &plan.status) => {
-                work_status::progress_write_delay(ctx.status_writes.last(&key), ctx.clock.now())
+                ctx.status_writes.progress_delay(&key, ctx.clock.now())
             }
             _ => None,
         };

@@ -322,14 +322,8 @@ fn manifest_condition(
     }
 }
 
-/// How often a Work's status is written while only its workloads' progress changes (the messages
-/// of conditions that keep their status and reason: "1/2 replicas ready"): the first such change
-/// is written at once, later ones at most this often. A Work's status writes are one at a time,
-/// so the write that reports a workload available would otherwise often wait behind one that
-/// reported its progress a moment before (measured: 266 ms p99 where one write takes 50-150 ms).
-pub const PROGRESS_WRITE_INTERVAL: Duration = Duration::from_secs(1);
-
-/// Whether `next` differs from `previous` only in condition messages: every condition of the Work
+/// Whether `next` differs from `previous` only in condition messages (a workload's progress, which
+/// [`crate::status_writes`] writes at most once a second): every condition of the Work
 /// and of each manifest keeps its status, reason, generation and transition time, and nothing
 /// else (drift, corrections, hashes, the snapshot index) changes.
 pub fn only_messages_differ(previous: &WorkStatus, next: &WorkStatus) -> bool {
@@ -345,16 +339,6 @@ pub fn only_messages_differ(previous: &WorkStatus, next: &WorkStatus) -> bool {
         s
     }
     previous != next && without_messages(previous) == without_messages(next)
-}
-
-/// How long a write of only progress ([`only_messages_differ`]) waits when the Work's status was
-/// last written at `last_write`: `None` (write now) once [`PROGRESS_WRITE_INTERVAL`] has passed.
-pub fn progress_write_delay(last_write: Option<Timestamp>, now: Timestamp) -> Option<Duration> {
-    let since = now.duration_since(last_write?);
-    let since = Duration::try_from(since).unwrap_or_default();
-    PROGRESS_WRITE_INTERVAL
-        .checked_sub(since)
-        .filter(|d| !d.is_zero())
 }
 
 #[cfg(test)]
@@ -383,23 +367,6 @@ mod tests {
         let r = progress("0");
         let next_generation = plan(&input(Some(&second), 2, &r, 103)).status;
         assert!(!only_messages_differ(&second, &next_generation));
-    }
-
-    #[test]
-    fn progress_is_written_at_most_once_per_interval() {
-        let at = |ms: i64| Timestamp::from_millisecond(ms).unwrap();
-        assert_eq!(progress_write_delay(None, at(5_000)), None);
-        assert_eq!(
-            progress_write_delay(Some(at(5_000)), at(5_300)),
-            Some(PROGRESS_WRITE_INTERVAL - Duration::from_millis(300))
-        );
-        assert_eq!(progress_write_delay(Some(at(5_000)), at(6_000)), None);
-        assert_eq!(progress_write_delay(Some(at(5_000)), at(9_000)), None);
-        // A clock that went back: wait at most one interval.
-        assert_eq!(
-            progress_write_delay(Some(at(5_000)), at(4_000)),
-            Some(PROGRESS_WRITE_INTERVAL)
-        );
     }
 
     fn ts(secs: i64) -> Timestamp {
