@@ -43,7 +43,8 @@ pub fn stage_of(i: usize) -> &'static str {
     STAGES[(i - 1) % STAGES.len()]
 }
 
-async fn apply<K>(api: &Api<K>, name: &str, obj: &Value) -> anyhow::Result<K>
+/// Applies `obj` as `name` with the bench's field manager (server-side apply, forced).
+pub async fn apply<K>(api: &Api<K>, name: &str, obj: &Value) -> anyhow::Result<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
@@ -56,7 +57,8 @@ where
     .map_err(|e| anyhow::anyhow!("applying {} {name}: {e}", K::kind(&())))
 }
 
-fn meta(name: &str) -> Value {
+/// Metadata naming `name` with the bench's label (clean-up finds it by that).
+pub fn meta(name: &str) -> Value {
     json!({"name": name, "labels": {BENCH_LABEL: "true"}})
 }
 

@@ -18,13 +18,13 @@ use fleethub_crds::{Placement, StagedUpdateStrategy, UpdateRun};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::Bench;
+use crate::objects::{self, apply, meta};
 use crate::report::Scenario;
-use crate::sim::BENCH_LABEL;
 use crate::stats::summarize;
 use fleethub_testkit::demo_deployment;
 
@@ -69,40 +69,29 @@ impl Bench {
         repo: &str,
         members: usize,
     ) -> anyhow::Result<()> {
-        let apply = PatchParams::apply(fleethub_crds::field_manager::BENCH).force();
-        let meta = |name: &str| json!({"name": name, "labels": {BENCH_LABEL: "true"}});
         copy_image(&self.fleet.demo_image("1.0.0")?, &format!("{repo}:1.0.0"))?;
-        Api::<Namespace>::all(hub.clone())
-            .patch(
-                NAME,
-                &apply,
-                &Patch::Apply(
-                    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": meta(NAME)}),
-                ),
-            )
-            .await?;
-        Api::<Deployment>::namespaced(hub.clone(), NAME)
-            .patch(
-                "demo",
-                &apply,
-                &Patch::Apply(demo_deployment(&format!("{repo}:1.0.0"))),
-            )
-            .await?;
+        let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": meta(NAME)});
+        apply(&Api::<Namespace>::all(hub.clone()), NAME, &namespace).await?;
+        let deployment = demo_deployment(&format!("{repo}:1.0.0"));
+        apply(
+            &Api::<Deployment>::namespaced(hub.clone(), NAME),
+            "demo",
+            &deployment,
+        )
+        .await?;
         let stages: Vec<_> = (1..=members)
             .map(|i| json!({"name": format!("real-{i}"), "labelSelector": {"matchLabels": {"order": i.to_string()}}}))
             .collect();
-        Api::<StagedUpdateStrategy>::all(hub.clone())
-            .patch(NAME, &apply, &Patch::Apply(json!({"apiVersion": "fleethub.dev/v1alpha1",
-                "kind": "StagedUpdateStrategy", "metadata": meta(NAME), "spec": {"stages": stages}})))
-            .await?;
+        let strategy = json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "StagedUpdateStrategy",
+            "metadata": meta(NAME), "spec": {"stages": stages}});
+        apply(
+            &Api::<StagedUpdateStrategy>::all(hub.clone()),
+            NAME,
+            &strategy,
+        )
+        .await?;
         let clusters: Vec<String> = (1..=members).map(|i| format!("real-{i}")).collect();
-        Api::<Placement>::all(hub.clone())
-            .patch(NAME, &apply, &Patch::Apply(json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "Placement",
-                "metadata": meta(NAME),
-                "spec": {"resourceSelectors": [{"group": "", "version": "v1", "kind": "Namespace", "name": NAME}],
-                         "policy": {"placementType": "PickFixed", "clusterNames": clusters},
-                         "strategy": {"type": "External"}}})))
-            .await?;
+        objects::create_placement(hub, NAME, NAME, &clusters).await?;
         // The hub runs in a pod: it lists the tags where pods reach the registry.
         let repository = format!(
             "{}/{}",
@@ -114,9 +103,7 @@ impl Bench {
                      "target": {"kind": "Deployment", "namespace": NAME, "name": "demo", "container": "demo"},
                      "schedule": "* * * * * *", "versionConstraint": ">=1.0.0, <2",
                      "stagedRolloutStrategyName": NAME, "healthTimeout": "120s"}});
-        Api::<AutoUpdatePolicy>::all(hub.clone())
-            .patch(NAME, &apply, &Patch::Apply(policy))
-            .await?;
+        apply(&Api::<AutoUpdatePolicy>::all(hub.clone()), NAME, &policy).await?;
         Ok(())
     }
 
@@ -235,7 +222,7 @@ impl Bench {
             pods.delete(&leader, &DeleteParams::default()).await?;
             let deleted = Instant::now();
             let run = format!("{NAME}-kill-{k}");
-            crate::objects::create_run(hub, &run, NAME, index, NAME).await?;
+            objects::create_run(hub, &run, NAME, index, NAME).await?;
             let mut took_over = None;
             let deadline = deleted + self.timeout;
             let started_run = loop {
@@ -321,8 +308,7 @@ impl Bench {
     async fn in_cluster_clean_up(&self, hub: &Client, repo: &str) -> anyhow::Result<()> {
         delete(&Api::<AutoUpdatePolicy>::all(hub.clone()), NAME).await?;
         let cleaned =
-            crate::objects::clean_up(hub, Duration::from_secs(self.args.cleanup_timeout_seconds))
-                .await;
+            objects::clean_up(hub, Duration::from_secs(self.args.cleanup_timeout_seconds)).await;
         let repository = repo.rsplit('/').next().unwrap_or(repo);
         let deleted = self
             .fleet
