@@ -28,6 +28,7 @@ pub mod resource_snapshot;
 pub mod rollback;
 pub mod run_progress;
 mod schema;
+pub mod stored_stage;
 pub mod strategy;
 pub mod update_run;
 pub mod work;

@@ -8,6 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use crate::metric_check::{MetricCheckResult, MetricCheckStatus};
+use crate::stored_stage::StoredStage;
 use crate::strategy::{StageTaskType, StagedUpdateStrategySpec};
 
 /// Condition type: the run froze its strategy and cluster plan into status.
@@ -36,10 +37,17 @@ pub const MAX_CLUSTERS_NOT_IN_RUN_NAMES: usize = 20;
 /// Name of the final stage (`status.deletionStageStatus`) that removes the workload from
 /// clusters the placement no longer selects.
 pub const DELETION_STAGE: &str = "fleethub.dev/delete";
-/// The most clusters one run tracks. Each cluster's progress is kept in the run's status (about
-/// 550 bytes with a 50-character name, plus at most 120 characters of progress while it updates), and etcd stores at most 1.5 MiB per object: past this a
-/// run could not record its progress at all, so it is refused at initialization instead.
-pub const MAX_RUN_CLUSTERS: usize = 2_000;
+/// The most bytes the names of a run's clusters may take. A run keeps its plan (every cluster's
+/// name, in order) in its status, with the detail of the clusters in flight, failed or passed
+/// over (compact above 100 clusters a stage: see [`stored_stage`](crate::stored_stage)); etcd
+/// stores at most 1.5 MiB per object. This admits about 15,000 clusters of 63-character names
+/// and 75,000 of 11-character ones; a larger placement is refused at initialization.
+pub const MAX_RUN_NAME_BYTES: usize = 1024 * 1024;
+
+/// The bytes `names` take in a run's status (each quoted, comma-separated).
+pub fn run_name_bytes<'a>(names: impl IntoIterator<Item = &'a str>) -> usize {
+    names.into_iter().map(|n| n.len() + 3).sum()
+}
 
 /// Reasons of a run's, a stage's, a cluster's and a task's conditions (and of the run's
 /// events).
@@ -135,7 +143,8 @@ pub mod reason {
     pub const INVALID_HEALTH_TIMEOUT: &str = "InvalidHealthTimeout";
     /// Initialized=False: `spec.resourceSnapshotIndex` cannot be read.
     pub const INVALID_SNAPSHOT_INDEX: &str = "InvalidResourceSnapshotIndex";
-    /// Initialized=False: more than [`MAX_RUN_CLUSTERS`](super::MAX_RUN_CLUSTERS) clusters.
+    /// Initialized=False: the clusters' names take more than
+    /// [`MAX_RUN_NAME_BYTES`](super::MAX_RUN_NAME_BYTES).
     pub const TOO_MANY_CLUSTERS: &str = "TooManyClusters";
     /// Initialized=False: a selected cluster has no MemberCluster.
     pub const MEMBER_CLUSTER_NOT_FOUND: &str = "MemberClusterNotFound";
@@ -303,36 +312,40 @@ pub struct ClustersNotInRun {
     pub names: Vec<String>,
 }
 
-/// One stage's plan and progress.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
+/// One stage's plan and progress: every cluster of the stage, in update order. Stored as a
+/// [`StoredStage`](crate::stored_stage::StoredStage), compact for large stages.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(from = "StoredStage", into = "StoredStage")]
 pub struct StageUpdatingStatus {
     /// The stage.
     pub stage_name: String,
     /// The stage's clusters, in update order.
-    #[serde(default)]
     pub clusters: Vec<ClusterUpdatingStatus>,
     /// The stage's before-stage tasks and their progress (the stage's clusters start once
     /// they all passed).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub before_stage_task_status: Vec<StageTaskStatus>,
     /// The stage's after-stage tasks and their progress.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after_stage_task_status: Vec<StageTaskStatus>,
     /// `Progressing` (False with reason StageUpdatingWaiting while gates are pending) and
     /// `Succeeded`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
     /// When the stage's first cluster started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,
     /// When the stage's clusters were all done; TimedWait is measured from here.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clusters_completed_time: Option<Time>,
     /// When the stage (including its after-stage tasks) finished.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_time: Option<Time>,
+}
+
+/// The schema is the stored form's.
+impl JsonSchema for StageUpdatingStatus {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        StoredStage::schema_name()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        StoredStage::json_schema(generator)
+    }
 }
 
 /// One cluster's progress within a stage.

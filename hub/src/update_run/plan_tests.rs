@@ -8,7 +8,7 @@ use fleethub_crds::conditions::{find, is_false, is_true};
 use fleethub_crds::placement::{PlacementSpec, RolloutStrategy, RolloutStrategyType};
 use fleethub_crds::strategy::StagedUpdateStrategySpec;
 use fleethub_crds::update_run::{
-    INITIALIZED, MAX_RUN_CLUSTERS, PROGRESSING, SUCCEEDED, UpdateRunSpec, UpdateRunState,
+    INITIALIZED, PROGRESSING, SUCCEEDED, UpdateRunSpec, UpdateRunState,
 };
 use fleethub_crds::{Placement, UpdateRun};
 use jiff::Timestamp;
@@ -398,13 +398,13 @@ fn initialization_failures_name_the_object_and_are_final() {
         (
             "more clusters than a run can record",
             |w| {
-                // The six clusters of the world plus these are one more than the limit.
-                for i in 0..MAX_RUN_CLUSTERS - 5 {
-                    w.cluster(&format!("prod-{i:04}"), &[("env", "production")]);
+                // 63-character names: 16,000 of them take more than a run may record.
+                for i in 0..16_000 {
+                    w.cluster(&format!("prod-{i:058}"), &[("env", "production")]);
                 }
             },
             "TooManyClusters",
-            "Placement web has 2001 clusters to update and 0 to remove, but one UpdateRun tracks at most 2000",
+            "Placement web has 16006 clusters to update and 0 to remove; their names take 1031 KiB of the run's status, more than the 1024 KiB one UpdateRun may use",
         ),
     ];
     for (what, setup, reason, message) in cases {
@@ -1065,3 +1065,6 @@ fn the_run_controllers_cache_of_works_keeps_what_the_planner_reads() {
     );
     assert!(view.applied.is_some() && view.available.is_some());
 }
+
+#[path = "plan_scale_tests.rs"]
+mod scale;

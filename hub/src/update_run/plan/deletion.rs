@@ -51,10 +51,8 @@ impl Planner<'_, '_> {
             }
             let name = cluster.cluster_name.clone();
             let selected_again = self
-                .o
-                .bindings
-                .iter()
-                .any(|b| b.cluster == name && b.state != BindingState::Unscheduled);
+                .binding(&name)
+                .is_some_and(|b| b.state != BindingState::Unscheduled);
             if selected_again && find(&cluster.conditions, CLUSTER_STARTED).is_none() {
                 // The placement selects it again: its Binding is no longer this stage's to
                 // delete (a new run updates it).
@@ -90,7 +88,7 @@ impl Planner<'_, '_> {
                 set_condition(&mut cluster.conditions, c, now);
                 cluster.start_time = Some(Time(now));
             }
-            let still_bound = self.o.bindings.iter().any(|b| b.cluster == name);
+            let still_bound = self.binding(&name).is_some();
             if still_bound || self.o.works.contains_key(&name) {
                 self.actions.push(Action::Unbind {
                     cluster: name.clone(),
@@ -109,7 +107,7 @@ impl Planner<'_, '_> {
             }
         }
         if !remaining.is_empty() {
-            let message = format!("removing the workload from {}", remaining.join(", "));
+            let message = format!("removing the workload from {}", super::listed(&remaining, ", "));
             self.status.deletion_stage_status = Some(del);
             self.set_run(PROGRESSING, TRUE, reason::STARTED, message);
             return;

@@ -15,7 +15,9 @@ use fleethub_crds::work;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::gates::Gate;
-use super::{Action, BindingView, ConditionView, Planner, Side, WorkView, skipped_as};
+use super::{
+    Action, BindingView, ConditionView, Planner, Side, WorkView, listed, skipped_as,
+};
 
 /// Where a started cluster is, judged from its Work.
 enum ClusterProgress {
@@ -123,7 +125,7 @@ impl Planner<'_, '_> {
                     .collect();
                 if !updating.is_empty() {
                     let mut message =
-                        format!("stage {stage_name}: updating {}", updating.join(", "));
+                        format!("stage {stage_name}: updating {}", listed(&updating, ", "));
                     if let Some(held) = held {
                         message.push_str(&format!("; then {held}"));
                     }
@@ -177,7 +179,7 @@ impl Planner<'_, '_> {
         let message = format!(
             "stopping (spec.state=Stop): no new cluster starts; waiting for {} already updating to finish ({})",
             finishing.len(),
-            finishing.join(", ")
+            listed(&finishing, ", ")
         );
         self.set_run(PROGRESSING, TRUE, reason::STOPPING, message);
     }
@@ -198,10 +200,8 @@ impl Planner<'_, '_> {
                 }
                 let name = cluster.cluster_name.clone();
                 let selected = self
-                    .o
-                    .bindings
-                    .iter()
-                    .any(|b| b.cluster == name && b.state != BindingState::Unscheduled);
+                    .binding(&name)
+                    .is_some_and(|b| b.state != BindingState::Unscheduled);
                 if selected {
                     continue;
                 }
@@ -282,7 +282,7 @@ impl Planner<'_, '_> {
             }
             let name = cluster.cluster_name.clone();
             let started = cluster.start_time.as_ref().map_or(now, |t| t.0);
-            let binding = self.o.bindings.iter().find(|b| b.cluster == name);
+            let binding = self.binding(&name);
             let progress = match binding.and_then(|b| {
                 (b.resource_snapshot_index == Some(index)).then_some(b.override_failure.as_ref())?
             }) {
@@ -383,7 +383,7 @@ impl Planner<'_, '_> {
         };
         let message = format!(
             "stopped: {}{over}; nothing further starts until the cluster recovers (the run resumes by itself) or a new UpdateRun rolls back",
-            failures.join("; ")
+            listed(&failures, "; ")
         );
         let c = self.cond(PROGRESSING, FALSE, reason::STAGE_FAILED, message.clone());
         set_condition(&mut self.status.stages_status[i].conditions, c, now);
@@ -458,7 +458,7 @@ impl Planner<'_, '_> {
                 );
                 continue;
             }
-            let Some(binding) = self.o.bindings.iter().find(|b| b.cluster == name) else {
+            let Some(binding) = self.binding(&name) else {
                 continue; // left the placement: passed over by skip_unselected
             };
             let bind = self.bind(binding, index);
@@ -467,7 +467,7 @@ impl Planner<'_, '_> {
                 CLUSTER_STARTED,
                 TRUE,
                 reason::CLUSTER_STARTED,
-                format!("cluster {name} is being updated to resource snapshot {index}"),
+                fleethub_crds::stored_stage::started_message(&name),
                 self.generation,
             );
             set_condition(&mut cluster.conditions, c, now);

@@ -10,7 +10,8 @@ use fleethub_crds::metric_check::Settings;
 use fleethub_crds::placement::RolloutStrategyType;
 use fleethub_crds::strategy::{StageConfig, StageTask, StageTaskType, StagedUpdateStrategySpec};
 use fleethub_crds::update_run::{
-    ClusterUpdatingStatus, DELETION_STAGE, INITIALIZED, MAX_RUN_CLUSTERS, MetricCheckStatus,
+    ClusterUpdatingStatus, DELETION_STAGE, INITIALIZED, MAX_RUN_NAME_BYTES, MetricCheckStatus,
+    run_name_bytes,
     StageTaskStatus, StageUpdatingStatus, reason,
 };
 use fleethub_crds::{duration, names};
@@ -148,12 +149,21 @@ impl<'a, 'o> Planner<'a, 'o> {
         selected.scheduled.sort_unstable();
         selected.removed.sort_unstable();
         let (update, remove) = (selected.scheduled.len(), selected.removed.len());
-        if update + remove > MAX_RUN_CLUSTERS {
+        let bytes = run_name_bytes(
+            selected
+                .scheduled
+                .iter()
+                .chain(&selected.removed)
+                .copied(),
+        );
+        if bytes > MAX_RUN_NAME_BYTES {
             return Err((
                 reason::TOO_MANY_CLUSTERS,
                 format!(
-                    "Placement {} has {update} clusters to update and {remove} to remove, but one UpdateRun tracks at most {MAX_RUN_CLUSTERS} (each cluster's progress is kept in the run's status, which etcd limits to 1.5 MiB): split the placement into several, each with its own runs",
+                    "Placement {} has {update} clusters to update and {remove} to remove; their names take {} KiB of the run's status, more than the {} KiB one UpdateRun may use (etcd stores at most 1.5 MiB per object): split the placement into several, each with its own runs",
                     self.o.run.spec.placement_name,
+                    bytes / 1024,
+                    MAX_RUN_NAME_BYTES / 1024,
                 ),
             ));
         }

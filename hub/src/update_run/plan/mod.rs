@@ -7,7 +7,7 @@
 //! ApprovalRequest that exists, …), so performing the actions of a plan twice, or of a plan made
 //! from a slightly stale view, never updates a cluster twice or out of order.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use fleethub_crds::binding::BindingState;
@@ -337,6 +337,7 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     };
     let mut p = Planner {
         o,
+        bindings: o.bindings.iter().map(|b| (b.cluster.as_str(), b)).collect(),
         index,
         earlier: earlier.first().map(|s| s.to_string()),
         later: later.first().map(|s| s.to_string()),
@@ -359,6 +360,8 @@ pub fn plan(o: &Observed<'_>) -> Plan {
 
 struct Planner<'a, 'o> {
     o: &'a Observed<'o>,
+    /// The placement's Bindings by cluster name (a run may have 10,000 clusters).
+    bindings: HashMap<&'a str, &'a BindingView>,
     /// The run's snapshot index (None: unreadable, which fails initialization).
     index: Option<i64>,
     /// The oldest earlier run of the placement this run waits for.
@@ -374,6 +377,11 @@ struct Planner<'a, 'o> {
 }
 
 impl Planner<'_, '_> {
+    /// The placement's Binding of `cluster`.
+    fn binding(&self, cluster: &str) -> Option<&BindingView> {
+        self.bindings.get(cluster).copied()
+    }
+
     fn run_name(&self) -> &str {
         self.o.run.metadata.name.as_deref().unwrap_or_default()
     }
@@ -381,9 +389,8 @@ impl Planner<'_, '_> {
     /// Whether `cluster`'s binding already points at `index` for this run (with its health
     /// timeout).
     fn bound_by_this_run(&self, cluster: &str, index: i64) -> bool {
-        self.o.bindings.iter().any(|b| {
-            b.cluster == cluster
-                && b.state == BindingState::Bound
+        self.binding(cluster).is_some_and(|b| {
+            b.state == BindingState::Bound
                 && b.resource_snapshot_index == Some(index)
                 && b.update_run_name.as_deref() == Some(self.run_name())
                 && b.health_timeout == self.o.run.spec.health_timeout
@@ -583,6 +590,23 @@ pub(super) fn skipped_as(cluster: &ClusterUpdatingStatus, why: &str) -> bool {
     find(&cluster.conditions, CLUSTER_SKIPPED).is_some_and(|c| c.status == TRUE && c.reason == why)
 }
 
+/// The most items a condition's message lists (a stage may have thousands of clusters).
+const MAX_LISTED: usize = 10;
+
+/// `items` joined by `separator`, the first [`MAX_LISTED`] of them and how many more.
+pub(super) fn listed(items: &[String], separator: &str) -> String {
+    let mut text = items
+        .iter()
+        .take(MAX_LISTED)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(separator);
+    if items.len() > MAX_LISTED {
+        text.push_str(&format!(" and {} more", items.len() - MAX_LISTED));
+    }
+    text
+}
+
 /// The clusters of `stages` the run passed over or that failed within their stage's budget,
 /// as a sentence ("skipped member-2 (ClusterUnselected); failed within maxFailedClusters:
 /// member-3"), or None when every cluster succeeded.
@@ -600,12 +624,12 @@ pub(super) fn exceptions(
     }
     let mut parts = Vec::new();
     if !skipped.is_empty() {
-        parts.push(format!("skipped {}", skipped.join(", ")));
+        parts.push(format!("skipped {}", listed(&skipped, ", ")));
     }
     if !failed.is_empty() {
         parts.push(format!(
             "failed within maxFailedClusters: {}",
-            failed.join(", ")
+            listed(&failed, ", ")
         ));
     }
     (!parts.is_empty()).then(|| parts.join("; "))

@@ -1,0 +1,352 @@
+//! How a stage's status is stored in the UpdateRun. Readers and the planner see every cluster of
+//! the stage as a [`ClusterUpdatingStatus`], in update order; the stored form keeps that for
+//! stages of at most [`DETAILED_STAGE_CLUSTERS`] clusters, and a compact form above:
+//!
+//! - `clusterNames`: the plan, the stage's clusters in update order;
+//! - `succeededClusters`: which of them succeeded, as index ranges into `clusterNames`
+//!   (`0-833,835`), without their times (their Work status has them);
+//! - `clusters`: only the clusters that are updating, failed or were passed over; an updating
+//!   cluster is its name, start time and (for the first [`PROGRESS_KEPT`]) its progress.
+//!
+//! A cluster in none of these has not started. Both forms carry `clusterCounts`, the stage's
+//! clusters counted by state, for a reader at a glance (`kubectl get -o jsonpath`).
+//!
+//! The compact form keeps everything the planner decides on (which clusters succeeded, which
+//! are in flight and since when, which failed or were passed over and why), so a restarted hub
+//! resumes a stage of 10,000 clusters exactly where it was, in an object far below etcd's limit.
+
+use std::collections::HashMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+#[allow(unused_imports)]
+use kube::core::{ListMerge, Rule};
+use kube::KubeSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::conditions::{find, is_false, is_true};
+use crate::update_run::{
+    CLUSTER_SKIPPED, CLUSTER_STARTED, ClusterUpdatingStatus, SUCCEEDED, StageTaskStatus,
+    StageUpdatingStatus, reason,
+};
+
+/// Stages of more clusters than this are stored compact.
+pub const DETAILED_STAGE_CLUSTERS: usize = 100;
+/// In a compact stage, how many updating clusters keep their progress text.
+pub const PROGRESS_KEPT: usize = 100;
+
+/// A stage's clusters counted by state.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterCounts {
+    /// All the stage's clusters.
+    pub total: i32,
+    /// Not started yet.
+    pub pending: i32,
+    /// Started, not finished.
+    pub updating: i32,
+    /// Run the snapshot and are available (or, in the deletion stage, the workload is gone).
+    pub succeeded: i32,
+    /// Failed.
+    pub failed: i32,
+    /// Passed over by the run.
+    pub skipped: i32,
+}
+
+impl ClusterCounts {
+    /// Counts `clusters`.
+    pub fn of(clusters: &[ClusterUpdatingStatus]) -> Self {
+        let mut counts = ClusterCounts::default();
+        for c in clusters {
+            counts.total += 1;
+            match State::of(c) {
+                State::Pending => counts.pending += 1,
+                State::Updating => counts.updating += 1,
+                State::Succeeded => counts.succeeded += 1,
+                State::Failed => counts.failed += 1,
+                State::Skipped => counts.skipped += 1,
+            }
+        }
+        counts
+    }
+}
+
+#[derive(PartialEq, Eq)]
+enum State {
+    Pending,
+    Updating,
+    Succeeded,
+    Failed,
+    Skipped,
+}
+
+impl State {
+    fn of(c: &ClusterUpdatingStatus) -> Self {
+        if is_true(&c.conditions, CLUSTER_SKIPPED) {
+            State::Skipped
+        } else if is_true(&c.conditions, SUCCEEDED) {
+            State::Succeeded
+        } else if is_false(&c.conditions, SUCCEEDED) {
+            State::Failed
+        } else if find(&c.conditions, CLUSTER_STARTED).is_some() {
+            State::Updating
+        } else {
+            State::Pending
+        }
+    }
+}
+
+/// The stored form of one stage's plan and progress (see the module's documentation).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredStage {
+    /// The stage.
+    pub stage_name: String,
+    /// The stage's clusters counted by state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_counts: Option<ClusterCounts>,
+    /// Stages of over 100 clusters: the stage's clusters, in update order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_names: Vec<String>,
+    /// Stages of over 100 clusters: which of `clusterNames` succeeded, as comma-separated
+    /// 0-based indexes and index ranges (`0-833,835`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(regex(pattern = r"^([0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)?$"))]
+    pub succeeded_clusters: String,
+    /// Stages of at most 100 clusters: every cluster, in update order. Larger stages: only the
+    /// clusters that are updating (name, start time, progress), failed or passed over.
+    #[serde(default)]
+    pub clusters: Vec<ClusterUpdatingStatus>,
+    /// The stage's before-stage tasks and their progress (the stage's clusters start once
+    /// they all passed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub before_stage_task_status: Vec<StageTaskStatus>,
+    /// The stage's after-stage tasks and their progress.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after_stage_task_status: Vec<StageTaskStatus>,
+    /// `Progressing` (False with reason StageUpdatingWaiting while gates are pending) and
+    /// `Succeeded`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// When the stage's first cluster started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// When the stage's clusters were all done; TimedWait is measured from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusters_completed_time: Option<Time>,
+    /// When the stage (including its after-stage tasks) finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<Time>,
+}
+
+impl From<StageUpdatingStatus> for StoredStage {
+    fn from(stage: StageUpdatingStatus) -> Self {
+        let counts = ClusterCounts::of(&stage.clusters);
+        let (cluster_names, succeeded_clusters, clusters) =
+            if stage.clusters.len() > DETAILED_STAGE_CLUSTERS {
+                compact(stage.clusters)
+            } else {
+                (Vec::new(), String::new(), stage.clusters)
+            };
+        StoredStage {
+            stage_name: stage.stage_name,
+            cluster_counts: Some(counts),
+            cluster_names,
+            succeeded_clusters,
+            clusters,
+            before_stage_task_status: stage.before_stage_task_status,
+            after_stage_task_status: stage.after_stage_task_status,
+            conditions: stage.conditions,
+            start_time: stage.start_time,
+            clusters_completed_time: stage.clusters_completed_time,
+            end_time: stage.end_time,
+        }
+    }
+}
+
+impl From<StoredStage> for StageUpdatingStatus {
+    fn from(stored: StoredStage) -> Self {
+        let clusters = if stored.cluster_names.is_empty() {
+            stored.clusters
+        } else {
+            expand(
+                stored.cluster_names,
+                &stored.succeeded_clusters,
+                stored.clusters,
+                stored.start_time.as_ref(),
+            )
+        };
+        StageUpdatingStatus {
+            stage_name: stored.stage_name,
+            clusters,
+            before_stage_task_status: stored.before_stage_task_status,
+            after_stage_task_status: stored.after_stage_task_status,
+            conditions: stored.conditions,
+            start_time: stored.start_time,
+            clusters_completed_time: stored.clusters_completed_time,
+            end_time: stored.end_time,
+        }
+    }
+}
+
+/// The names in order, the succeeded ranges, and the detail kept of the others.
+fn compact(clusters: Vec<ClusterUpdatingStatus>) -> (Vec<String>, String, Vec<ClusterUpdatingStatus>) {
+    let mut names = Vec::with_capacity(clusters.len());
+    let mut succeeded = Ranges::default();
+    let mut detail = Vec::new();
+    let mut with_progress = 0;
+    for (i, mut c) in clusters.into_iter().enumerate() {
+        names.push(c.cluster_name.clone());
+        match State::of(&c) {
+            State::Pending => {}
+            State::Succeeded => succeeded.push(i),
+            State::Updating => {
+                // Its Started condition is rebuilt from its start time on reading.
+                if c.start_time.is_some()
+                    && let [only] = c.conditions.as_slice()
+                    && only.message == started_message(&c.cluster_name)
+                {
+                    c.conditions.clear();
+                }
+                if c.progress.is_some() {
+                    with_progress += 1;
+                    if with_progress > PROGRESS_KEPT {
+                        c.progress = None;
+                    }
+                }
+                detail.push(c);
+            }
+            State::Failed | State::Skipped => detail.push(c),
+        }
+    }
+    (names, succeeded.text(), detail)
+}
+
+/// The full list back from the compact form.
+fn expand(
+    names: Vec<String>,
+    succeeded: &str,
+    detail: Vec<ClusterUpdatingStatus>,
+    stage_start: Option<&Time>,
+) -> Vec<ClusterUpdatingStatus> {
+    let succeeded = parse_ranges(succeeded, names.len());
+    let mut detail: HashMap<String, ClusterUpdatingStatus> = detail
+        .into_iter()
+        .map(|c| (c.cluster_name.clone(), c))
+        .collect();
+    names
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| match detail.remove(&name) {
+            Some(mut c) => {
+                if c.conditions.is_empty()
+                    && let Some(start) = &c.start_time
+                {
+                    c.conditions = vec![started(&name, start.clone())];
+                }
+                c
+            }
+            None if succeeded.get(i).copied().unwrap_or(false) => {
+                // Its times are not kept; the stage started before it did.
+                let at = stage_start
+                    .cloned()
+                    .unwrap_or_else(|| Time(jiff::Timestamp::UNIX_EPOCH));
+                ClusterUpdatingStatus {
+                    conditions: vec![
+                        started(&name, at.clone()),
+                        condition(
+                            SUCCEEDED,
+                            reason::CLUSTER_SUCCEEDED,
+                            format!("cluster {name} succeeded"),
+                            at,
+                        ),
+                    ],
+                    cluster_name: name,
+                    ..Default::default()
+                }
+            }
+            None => ClusterUpdatingStatus {
+                cluster_name: name,
+                ..Default::default()
+            },
+        })
+        .collect()
+}
+
+/// The Started condition of an updating cluster, as the run writes it.
+pub fn started(name: &str, at: Time) -> Condition {
+    condition(
+        CLUSTER_STARTED,
+        reason::CLUSTER_STARTED,
+        started_message(name),
+        at,
+    )
+}
+
+/// The message of a cluster's Started condition.
+pub fn started_message(name: &str) -> String {
+    format!("cluster {name} is being updated to the run's resource snapshot")
+}
+
+fn condition(type_: &str, reason: &str, message: String, at: Time) -> Condition {
+    Condition {
+        type_: type_.to_string(),
+        status: crate::conditions::TRUE.to_string(),
+        reason: reason.to_string(),
+        message,
+        last_transition_time: at,
+        observed_generation: None,
+    }
+}
+
+/// Indexes pushed in increasing order, written as ranges: `0-3,5,7-9`.
+#[derive(Default)]
+struct Ranges(Vec<(usize, usize)>);
+
+impl Ranges {
+    fn push(&mut self, i: usize) {
+        match self.0.last_mut() {
+            Some((_, end)) if *end + 1 == i => *end = i,
+            _ => self.0.push((i, i)),
+        }
+    }
+
+    fn text(&self) -> String {
+        let ranges: Vec<String> = self
+            .0
+            .iter()
+            .map(|&(start, end)| {
+                if start == end {
+                    start.to_string()
+                } else {
+                    format!("{start}-{end}")
+                }
+            })
+            .collect();
+        ranges.join(",")
+    }
+}
+
+/// Which of `len` indexes `text` names. Tokens that do not read (admission refuses them) or
+/// point past the end name nothing: those clusters read as not started, and starting a cluster
+/// that already runs the snapshot again only confirms it.
+fn parse_ranges(text: &str, len: usize) -> Vec<bool> {
+    let mut set = vec![false; len];
+    for token in text.split(',').filter(|t| !t.is_empty()) {
+        let (start, end) = match token.split_once('-') {
+            Some((a, b)) => (a.parse::<usize>(), b.parse::<usize>()),
+            None => (token.parse(), token.parse()),
+        };
+        let (Ok(start), Ok(end)) = (start, end) else {
+            continue;
+        };
+        for slot in set.iter_mut().take(end.saturating_add(1)).skip(start) {
+            *slot = true;
+        }
+    }
+    set
+}
+
+#[cfg(test)]
+#[path = "stored_stage_tests.rs"]
+mod tests;

@@ -1,0 +1,162 @@
+use jiff::Timestamp;
+
+use super::*;
+use crate::conditions::{FALSE, TRUE};
+
+fn at(seconds: i64) -> Time {
+    Time(Timestamp::from_second(1_800_000_000 + seconds).unwrap())
+}
+
+fn cond(type_: &str, status: &str, reason: &str, message: &str, seconds: i64) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time: at(seconds),
+        observed_generation: None,
+    }
+}
+
+/// Cluster `i` in state `i % 5`: pending, updating, succeeded, failed, skipped.
+fn cluster(i: usize) -> ClusterUpdatingStatus {
+    let name = format!("edge-{i:05}");
+    let started = cond(
+        CLUSTER_STARTED,
+        TRUE,
+        reason::CLUSTER_STARTED,
+        &started_message(&name),
+        i as i64,
+    );
+    let mut c = ClusterUpdatingStatus {
+        cluster_name: name.clone(),
+        ..Default::default()
+    };
+    match i % 5 {
+        0 => {}
+        1 => {
+            c.conditions = vec![started];
+            c.start_time = Some(at(i as i64));
+            c.progress = Some(format!("not available yet: 0/1 replicas of {name}"));
+        }
+        2 => {
+            c.conditions = vec![
+                started,
+                cond(SUCCEEDED, TRUE, reason::CLUSTER_SUCCEEDED, "done", i as i64 + 1),
+            ];
+            c.start_time = Some(at(i as i64));
+            c.end_time = Some(at(i as i64 + 1));
+        }
+        3 => {
+            c.conditions = vec![
+                started,
+                cond(SUCCEEDED, FALSE, reason::CLUSTER_HEALTH_TIMEOUT, "late", i as i64 + 9),
+            ];
+            c.start_time = Some(at(i as i64));
+        }
+        _ => {
+            c.conditions = vec![cond(
+                CLUSTER_SKIPPED,
+                TRUE,
+                reason::CLUSTER_UNSELECTED,
+                "left",
+                i as i64,
+            )];
+            c.end_time = Some(at(i as i64));
+        }
+    }
+    c
+}
+
+fn stage(clusters: usize) -> StageUpdatingStatus {
+    StageUpdatingStatus {
+        stage_name: "production".into(),
+        clusters: (0..clusters).map(cluster).collect(),
+        start_time: Some(at(0)),
+        ..Default::default()
+    }
+}
+
+fn round_trip(stage: &StageUpdatingStatus) -> (serde_json::Value, StageUpdatingStatus) {
+    let json = serde_json::to_value(stage).unwrap();
+    let back = serde_json::from_value(json.clone()).unwrap();
+    (json, back)
+}
+
+#[test]
+fn a_small_stage_is_stored_cluster_by_cluster_with_its_counts() {
+    let stage = stage(DETAILED_STAGE_CLUSTERS);
+    let (json, back) = round_trip(&stage);
+    assert_eq!(back, stage);
+    assert_eq!(json["clusters"].as_array().unwrap().len(), 100);
+    assert!(json.get("clusterNames").is_none());
+    assert_eq!(
+        json["clusterCounts"],
+        serde_json::json!({"total": 100, "pending": 20, "updating": 20, "succeeded": 20, "failed": 20, "skipped": 20})
+    );
+}
+
+#[test]
+fn a_large_stage_keeps_the_plan_and_every_cluster_the_planner_decides_on() {
+    let stage = stage(1_000);
+    let (json, back) = round_trip(&stage);
+    assert_eq!(json["clusterNames"].as_array().unwrap().len(), 1_000);
+    // Updating, failed and skipped clusters are kept; pending and succeeded ones are not.
+    assert_eq!(json["clusters"].as_array().unwrap().len(), 600);
+    assert_eq!(back.clusters.len(), 1_000);
+    let mut progress_kept = 0;
+    for (i, (was, is)) in stage.clusters.iter().zip(&back.clusters).enumerate() {
+        assert_eq!(is.cluster_name, was.cluster_name, "cluster {i}: order");
+        assert!(State::of(is) == State::of(was), "cluster {i}: state");
+        match i % 5 {
+            // Updating: its Started condition comes back from its start time.
+            1 => {
+                assert_eq!(is.conditions, was.conditions, "cluster {i}");
+                assert_eq!(is.start_time, was.start_time, "cluster {i}");
+                progress_kept += usize::from(is.progress.is_some());
+            }
+            // Succeeded: the state, not the times.
+            2 => assert_eq!(is.end_time, None),
+            _ => assert_eq!(is, was, "cluster {i}"),
+        }
+    }
+    assert_eq!(progress_kept, PROGRESS_KEPT);
+    // Read back and stored again, it is stored the same.
+    assert_eq!(serde_json::to_value(&back).unwrap(), json);
+}
+
+#[test]
+fn succeeded_clusters_are_stored_as_index_ranges() {
+    let mut stage = stage(200);
+    for c in &mut stage.clusters[..150] {
+        *c = cluster(2);
+    }
+    for (i, c) in stage.clusters.iter_mut().enumerate() {
+        c.cluster_name = format!("edge-{i:05}");
+    }
+    let (json, back) = round_trip(&stage);
+    assert_eq!(json["succeededClusters"], "0-149,152,157,162,167,172,177,182,187,192,197");
+    assert_eq!(ClusterCounts::of(&back.clusters).succeeded, 160);
+}
+
+#[test]
+fn ranges_that_do_not_read_name_nothing() {
+    assert_eq!(parse_ranges("0-1,x,3-,5-99", 6), [true, true, false, false, false, true]);
+    assert_eq!(parse_ranges("", 2), [false, false]);
+    let mut r = Ranges::default();
+    for i in [0, 1, 2, 4, 6, 7] {
+        r.push(i);
+    }
+    assert_eq!(r.text(), "0-2,4,6-7");
+}
+
+#[test]
+fn a_stored_stage_from_before_the_compact_form_reads() {
+    let json = serde_json::json!({
+        "stageName": "canary",
+        "clusters": [{"clusterName": "a"}, {"clusterName": "b"}],
+    });
+    let stage: StageUpdatingStatus = serde_json::from_value(json).unwrap();
+    assert_eq!(stage.clusters.len(), 2);
+    assert_eq!(stage.clusters[1].cluster_name, "b");
+}
