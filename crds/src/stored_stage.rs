@@ -18,9 +18,9 @@
 use std::collections::HashMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::KubeSchema;
 #[allow(unused_imports)]
 use kube::core::{ListMerge, Rule};
-use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::conditions::{find, is_false, is_true};
@@ -190,7 +190,9 @@ impl From<StoredStage> for StageUpdatingStatus {
 }
 
 /// The names in order, the succeeded ranges, and the detail kept of the others.
-fn compact(clusters: Vec<ClusterUpdatingStatus>) -> (Vec<String>, String, Vec<ClusterUpdatingStatus>) {
+fn compact(
+    clusters: Vec<ClusterUpdatingStatus>,
+) -> (Vec<String>, String, Vec<ClusterUpdatingStatus>) {
     let mut names = Vec::with_capacity(clusters.len());
     let mut succeeded = Ranges::default();
     let mut detail = Vec::new();
@@ -250,7 +252,7 @@ fn expand(
                 // Its times are not kept; the stage started before it did.
                 let at = stage_start
                     .cloned()
-                    .unwrap_or_else(|| Time(jiff::Timestamp::UNIX_EPOCH));
+                    .unwrap_or(Time(jiff::Timestamp::UNIX_EPOCH));
                 ClusterUpdatingStatus {
                     conditions: vec![
                         started(&name, at.clone()),

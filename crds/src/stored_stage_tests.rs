@@ -42,7 +42,13 @@ fn cluster(i: usize) -> ClusterUpdatingStatus {
         2 => {
             c.conditions = vec![
                 started,
-                cond(SUCCEEDED, TRUE, reason::CLUSTER_SUCCEEDED, "done", i as i64 + 1),
+                cond(
+                    SUCCEEDED,
+                    TRUE,
+                    reason::CLUSTER_SUCCEEDED,
+                    "done",
+                    i as i64 + 1,
+                ),
             ];
             c.start_time = Some(at(i as i64));
             c.end_time = Some(at(i as i64 + 1));
@@ -50,7 +56,13 @@ fn cluster(i: usize) -> ClusterUpdatingStatus {
         3 => {
             c.conditions = vec![
                 started,
-                cond(SUCCEEDED, FALSE, reason::CLUSTER_HEALTH_TIMEOUT, "late", i as i64 + 9),
+                cond(
+                    SUCCEEDED,
+                    FALSE,
+                    reason::CLUSTER_HEALTH_TIMEOUT,
+                    "late",
+                    i as i64 + 9,
+                ),
             ];
             c.start_time = Some(at(i as i64));
         }
@@ -135,13 +147,19 @@ fn succeeded_clusters_are_stored_as_index_ranges() {
         c.cluster_name = format!("edge-{i:05}");
     }
     let (json, back) = round_trip(&stage);
-    assert_eq!(json["succeededClusters"], "0-149,152,157,162,167,172,177,182,187,192,197");
+    assert_eq!(
+        json["succeededClusters"],
+        "0-149,152,157,162,167,172,177,182,187,192,197"
+    );
     assert_eq!(ClusterCounts::of(&back.clusters).succeeded, 160);
 }
 
 #[test]
 fn ranges_that_do_not_read_name_nothing() {
-    assert_eq!(parse_ranges("0-1,x,3-,5-99", 6), [true, true, false, false, false, true]);
+    assert_eq!(
+        parse_ranges("0-1,x,3-,5-99", 6),
+        [true, true, false, false, false, true]
+    );
     assert_eq!(parse_ranges("", 2), [false, false]);
     let mut r = Ranges::default();
     for i in [0, 1, 2, 4, 6, 7] {

@@ -68,9 +68,9 @@ pub async fn get_runs() -> Result<RunsView, ServerFnError> {
 
 /// One run's page data.
 #[server(endpoint = "get_run")]
-pub async fn get_run(name: String) -> Result<RunView, ServerFnError> {
+pub async fn get_run(name: String, query: RunQuery) -> Result<RunView, ServerFnError> {
     let s = session().await?;
-    crate::server::hub::run(&s.client, &name)
+    crate::server::hub::run(&s.client, &name, &query)
         .await
         .map_err(sentence)
 }

@@ -223,6 +223,8 @@ pub struct RunView {
     pub ended: Option<i64>,
     /// Why the run is not moving, in plain words (failures, stops), if it is not.
     pub problems: Vec<String>,
+    /// Which clusters the page shows.
+    pub query: RunQuery,
     /// Stages in order, then the deletion stage if any.
     pub stages: Vec<StageView>,
 }
@@ -240,7 +242,16 @@ pub struct StageView {
     pub clusters_completed: Option<i64>,
     /// End time.
     pub ended: Option<i64>,
-    /// Clusters in their update order.
+    /// Its clusters counted by state.
+    pub counts: StageCounts,
+    /// How many of its clusters match the page's search (all of them without one).
+    pub matching: usize,
+    /// Which page of the matching clusters is shown (0-based; [`RUN_PAGE_ROWS`] a page).
+    pub page: usize,
+    /// Whether its clusters are shown expanded: a small stage, the stage in progress, the stage
+    /// being paged, or any stage during a search.
+    pub open: bool,
+    /// The shown page of its clusters (those matching the search), in update order.
     pub clusters: Vec<ClusterView>,
     /// Before-stage tasks: the clusters start once they passed.
     pub before_tasks: Vec<TaskView>,
@@ -248,9 +259,94 @@ pub struct StageView {
     pub tasks: Vec<TaskView>,
 }
 
+/// How many clusters of a run page's stage are shown at once.
+pub const RUN_PAGE_ROWS: usize = 50;
+
+/// Which clusters a run's page shows: those whose name contains `search`, and of stage
+/// `stage` the page `page` (the other stages show their first page). From the page's query
+/// (`?q=edge-12&stage=production&page=3`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct RunQuery {
+    /// Part of a cluster's name; empty: every cluster.
+    pub search: String,
+    /// The stage being paged.
+    pub stage: String,
+    /// Its page, 0-based.
+    pub page: usize,
+}
+
+impl RunQuery {
+    /// The page's link for `page` of `stage`, keeping the search.
+    pub fn link(&self, run: &str, stage: &str, page: usize) -> String {
+        let mut link = format!("/runs/{run}?stage={}&page={page}", encode(stage));
+        if !self.search.is_empty() {
+            link.push_str(&format!("&q={}", encode(&self.search)));
+        }
+        link
+    }
+}
+
+/// `text` for a URL's query: letters, digits and `-._~` as they are, every other byte as %XX.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A stage's clusters counted by state.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct StageCounts {
+    /// All of them.
+    pub total: usize,
+    /// Not started.
+    pub pending: usize,
+    /// Updating.
+    pub updating: usize,
+    /// Done.
+    pub succeeded: usize,
+    /// Failed.
+    pub failed: usize,
+    /// Passed over.
+    pub skipped: usize,
+}
+
+impl StageCounts {
+    /// "3333 clusters: 800 succeeded · 833 updating · 1700 pending" (states with none left out).
+    pub fn sentence(&self) -> String {
+        let parts: Vec<String> = [
+            (self.succeeded, "succeeded"),
+            (self.updating, "updating"),
+            (self.failed, "failed"),
+            (self.skipped, "skipped"),
+            (self.pending, "pending"),
+        ]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect();
+        let clusters = if self.total == 1 {
+            "cluster"
+        } else {
+            "clusters"
+        };
+        if parts.is_empty() {
+            format!("{} {clusters}", self.total)
+        } else {
+            format!("{} {clusters}: {}", self.total, parts.join(" · "))
+        }
+    }
+}
+
 /// One cluster of a stage.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct ClusterView {
+    /// Its place in the stage's update order, 1-based.
+    pub order: usize,
     /// MemberCluster name.
     pub name: String,
     /// Its state in this run.

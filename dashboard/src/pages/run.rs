@@ -4,21 +4,34 @@
 mod tasks;
 
 use leptos::prelude::*;
-use leptos_router::hooks::use_params_map;
+use leptos_router::hooks::{use_params_map, use_query_map};
 
 use super::skeleton::Page;
 use crate::api::get_run;
 use crate::components::{badge, overrides, progress};
 use crate::live::live;
-use crate::model::{Me, RunView, StageView, clock};
+use crate::model::{Me, RUN_PAGE_ROWS, RunQuery, RunView, StageView, clock};
 
 /// `/runs/:name`: one run.
 #[component]
 pub fn RunPage() -> impl IntoView {
     let live = live();
     let params = use_params_map();
+    let query = use_query_map();
     let name = move || params.read().get("name").unwrap_or_default();
-    let data = Resource::new(move || (name(), live.rollouts.get()), |(n, _)| get_run(n));
+    // `?q=` finds clusters by name; `?stage=&page=` pages one stage's clusters.
+    let run_query = move || {
+        let q = query.read();
+        RunQuery {
+            search: q.get("q").unwrap_or_default().trim().to_string(),
+            stage: q.get("stage").unwrap_or_default(),
+            page: q.get("page").and_then(|p| p.parse().ok()).unwrap_or(0),
+        }
+    };
+    let data = Resource::new(
+        move || (name(), run_query(), live.rollouts.get()),
+        |(n, q, _)| get_run(n, q),
+    );
     view! {
         <Page
             heading=Signal::derive(move || format!("Run {}", name()))
@@ -76,17 +89,38 @@ fn run_view(v: RunView, me: Option<Me>) -> impl IntoView {
                     </div>
                 }
             })}
+        <form class="search" method="get" action=format!("/runs/{}", v.row.name)>
+            <input
+                type="search"
+                name="q"
+                value=v.query.search.clone()
+                placeholder="Find clusters by name"
+                aria-label="Find clusters by name"
+            />
+            " "
+            <button type="submit" class="button">
+                "Find"
+            </button>
+            {(!v.query.search.is_empty())
+                .then(|| {
+                    view! {
+                        " "
+                        <a href=format!("/runs/{}", v.row.name)>"Show all"</a>
+                    }
+                })}
+        </form>
         <ol class="stages">
             {v
                 .stages
                 .into_iter()
-                .map(|s| stage_view(s, can_approve))
+                .map(|s| stage_view(s, &v.row.name, &v.query, can_approve))
                 .collect_view()}
         </ol>
     }
 }
 
-fn stage_view(s: StageView, can_approve: bool) -> AnyView {
+fn stage_view(s: StageView, run: &str, query: &RunQuery, can_approve: bool) -> AnyView {
+    let clusters = clusters(&s, run, query);
     view! {
         <li class="stage card" data-stage=s.name.clone()>
             <h2>
@@ -113,6 +147,34 @@ fn stage_view(s: StageView, can_approve: bool) -> AnyView {
                         </ul>
                     }
                 })}
+            {clusters}
+            {(!s.tasks.is_empty())
+                .then(|| {
+                    view! {
+                        <ul class="tasks">
+                            {s
+                                .tasks
+                                .into_iter()
+                                .map(|t| tasks::task_view(t, can_approve))
+                                .collect_view()}
+                        </ul>
+                    }
+                })}
+        </li>
+    }
+    .into_any()
+}
+
+/// A stage's clusters: its counts, collapsed for a large stage not in progress, and the page of
+/// its clusters the query asks for.
+fn clusters(s: &StageView, run: &str, query: &RunQuery) -> AnyView {
+    view! {
+            <details class="clusters" open=s.open>
+            <summary>
+                {s.counts.sentence()}
+                {(!query.search.is_empty())
+                    .then(|| format!(" ({} matching \"{}\")", s.matching, query.search))}
+            </summary>
             <table>
                 <thead>
                     <tr>
@@ -129,11 +191,10 @@ fn stage_view(s: StageView, can_approve: bool) -> AnyView {
                     {s
                         .clusters
                         .iter()
-                        .enumerate()
-                        .map(|(i, c)| {
+                        .map(|c| {
                             view! {
                                 <tr data-cluster=c.name.clone()>
-                                    <td class="num">{(i + 1).to_string()}</td>
+                                    <td class="num">{c.order.to_string()}</td>
                                     <td>{c.name.clone()}</td>
                                     <td>{badge(&c.state)}</td>
                                     <td>{clock(c.started)}</td>
@@ -157,19 +218,34 @@ fn stage_view(s: StageView, can_approve: bool) -> AnyView {
                         .collect_view()}
                 </tbody>
             </table>
-            {(!s.tasks.is_empty())
-                .then(|| {
-                    view! {
-                        <ul class="tasks">
-                            {s
-                                .tasks
-                                .into_iter()
-                                .map(|t| tasks::task_view(t, can_approve))
-                                .collect_view()}
-                        </ul>
-                    }
-                })}
-        </li>
+            {pager(s, run, query)}
+            </details>
     }
     .into_any()
+}
+
+/// "Clusters 51–100 of 3333" with links to the previous and next pages, when the stage's
+/// matching clusters take more than a page.
+fn pager(s: &StageView, run: &str, query: &RunQuery) -> Option<AnyView> {
+    if s.matching <= RUN_PAGE_ROWS {
+        return None;
+    }
+    let first = s.page * RUN_PAGE_ROWS + 1;
+    let last = (first + s.clusters.len()).saturating_sub(1);
+    let pages = s.matching.div_ceil(RUN_PAGE_ROWS);
+    let link = |page: usize| query.link(run, &s.name, page);
+    let previous = (s.page > 0).then(|| {
+        view! { <a rel="prev" href=link(s.page - 1)>"‹ Previous"</a> " " }
+    });
+    let next = (s.page + 1 < pages).then(|| {
+        view! { " " <a rel="next" href=link(s.page + 1)>"Next ›"</a> }
+    });
+    Some(
+        view! {
+            <p class="pager">
+                {previous} {format!("Clusters {first}–{last} of {}", s.matching)} {next}
+            </p>
+        }
+        .into_any(),
+    )
 }

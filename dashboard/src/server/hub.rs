@@ -236,8 +236,9 @@ pub async fn runs(client: &Client) -> Result<RunsView, Error> {
     Ok(views::runs(list::<UpdateRun>(client, "update runs").await?))
 }
 
-/// The page of run `name`.
-pub async fn run(client: &Client, name: &str) -> Result<RunView, Error> {
+/// The page of run `name`: the clusters `query` asks for, marked from their Bindings (listed by
+/// label for just those clusters: a run may have 10,000).
+pub async fn run(client: &Client, name: &str, query: &RunQuery) -> Result<RunView, Error> {
     let run = Api::<UpdateRun>::all(client.clone())
         .get(name)
         .await
@@ -251,14 +252,23 @@ pub async fn run(client: &Client, name: &str) -> Result<RunView, Error> {
         .map_err(|e| {
             Error::from_kube(e, "list the run's approval requests", "approval requests")
         })?;
-    let bindings = Api::<Binding>::all(client.clone())
-        .list(
-            &ListParams::default()
-                .fields(&format!("spec.placementName={}", run.spec.placement_name)),
-        )
-        .await
-        .map_err(|e| Error::from_kube(e, "list the placement's bindings", "bindings"))?;
-    Ok(views::run(&run, &approvals.items, &bindings.items))
+    let mut view = views::run(&run, &approvals.items, query);
+    let shown = views::shown_clusters(&view);
+    if !shown.is_empty() {
+        let placement = &run.spec.placement_name;
+        let selector = format!(
+            "{}={placement},{} in ({})",
+            fleethub_crds::names::PLACEMENT_LABEL,
+            fleethub_crds::names::CLUSTER_LABEL,
+            shown.join(",")
+        );
+        let bindings = Api::<Binding>::all(client.clone())
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| Error::from_kube(e, "list the placement's bindings", "bindings"))?;
+        views::mark_bindings(&mut view, placement, &bindings.items);
+    }
+    Ok(view)
 }
 
 /// The Auto-updates page.

@@ -318,7 +318,28 @@ fn task_view(task: &TaskProgress) -> TaskView {
     }
 }
 
-fn stage_view(stage: &StageProgress) -> StageView {
+/// Stage `stage` of a run's page: its counts, and the page of its clusters `query` asks for.
+fn stage_view(stage: &StageProgress, query: &RunQuery, current: bool) -> StageView {
+    let mut counts = StageCounts::default();
+    for c in &stage.clusters {
+        counts.total += 1;
+        match c.phase {
+            ClusterPhase::Pending => counts.pending += 1,
+            ClusterPhase::Updating => counts.updating += 1,
+            ClusterPhase::Succeeded => counts.succeeded += 1,
+            ClusterPhase::Failed => counts.failed += 1,
+            ClusterPhase::Skipped => counts.skipped += 1,
+        }
+    }
+    let matching: Vec<(usize, &ClusterProgress)> = stage
+        .clusters
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.name.contains(&query.search))
+        .collect();
+    let paged = query.stage == stage.name;
+    let last_page = matching.len().saturating_sub(1) / RUN_PAGE_ROWS;
+    let page = if paged { query.page.min(last_page) } else { 0 };
     StageView {
         name: if stage.name == DELETION_STAGE {
             "clean-up (clusters no longer selected)".into()
@@ -329,10 +350,16 @@ fn stage_view(stage: &StageProgress) -> StageView {
         started: stage.started.map(|t| t.as_second()),
         clusters_completed: stage.clusters_completed.map(|t| t.as_second()),
         ended: stage.ended.map(|t| t.as_second()),
-        clusters: stage
-            .clusters
+        open: counts.total <= RUN_PAGE_ROWS || current || paged || !query.search.is_empty(),
+        counts,
+        matching: matching.len(),
+        page,
+        clusters: matching
             .iter()
-            .map(|c| ClusterView {
+            .skip(page * RUN_PAGE_ROWS)
+            .take(RUN_PAGE_ROWS)
+            .map(|(i, c)| ClusterView {
+                order: i + 1,
                 name: c.name.clone(),
                 state: cluster_state(c),
                 started: c.started.map(|t| t.as_second()),
@@ -379,29 +406,22 @@ pub fn runs(mut runs: Vec<UpdateRun>) -> RunsView {
     }
 }
 
-/// The page of one run, with its ApprovalRequests and its placement's Bindings (a cluster whose
-/// objects differ from the hub's is marked).
-pub fn run(run: &UpdateRun, approvals: &[ApprovalRequest], bindings: &[Binding]) -> RunView {
+/// The page of one run with its ApprovalRequests: every stage with its counts and the page of
+/// its clusters `query` asks for. [`mark_bindings`] then marks the shown clusters.
+pub fn run(run: &UpdateRun, approvals: &[ApprovalRequest], query: &RunQuery) -> RunView {
     let progress = RunProgress::new(run, approvals);
-    let mut stages: Vec<StageView> = progress.stages.iter().map(stage_view).collect();
-    let placement = &run.spec.placement_name;
-    for c in stages.iter_mut().flat_map(|s| s.clusters.iter_mut()) {
-        let binding = bindings
-            .iter()
-            .filter(|b| &b.spec.placement_name == placement)
-            .find(|b| b.spec.target_cluster == c.name);
-        c.drift = binding
-            .and_then(|b| b.status.as_ref())
-            .filter(|s| find(&s.conditions, DRIFTED).is_some_and(|d| d.status == TRUE))
-            .map(|s| drift_state(&s.conditions));
-        c.overrides = Some(overrides_view(placement, &c.name, binding));
-    }
+    let current = progress.current_stage.as_deref();
+    let mut stages: Vec<StageView> = progress
+        .stages
+        .iter()
+        .map(|s| stage_view(s, query, current == Some(s.name.as_str())))
+        .collect();
     if let Some(d) = progress
         .deletion
         .as_ref()
         .filter(|d| !d.clusters.is_empty())
     {
-        stages.push(stage_view(d));
+        stages.push(stage_view(d, query, false));
     }
     RunView {
         row: row(&progress),
@@ -412,7 +432,34 @@ pub fn run(run: &UpdateRun, approvals: &[ApprovalRequest], bindings: &[Binding])
         started: progress.started.map(|t| t.as_second()),
         ended: progress.ended.map(|t| t.as_second()),
         problems: progress.problems(),
+        query: query.clone(),
         stages,
+    }
+}
+
+/// The clusters a run's page shows, by name.
+pub fn shown_clusters(view: &RunView) -> Vec<String> {
+    view.stages
+        .iter()
+        .flat_map(|s| s.clusters.iter().map(|c| c.name.clone()))
+        .collect()
+}
+
+/// Marks the shown clusters of a run's page from `placement`'s Bindings: a cluster whose
+/// objects differ from the hub's, and the overrides each gets.
+pub fn mark_bindings(view: &mut RunView, placement: &str, bindings: &[Binding]) {
+    let by_cluster: std::collections::HashMap<&str, &Binding> = bindings
+        .iter()
+        .filter(|b| b.spec.placement_name == placement)
+        .map(|b| (b.spec.target_cluster.as_str(), b))
+        .collect();
+    for c in view.stages.iter_mut().flat_map(|s| s.clusters.iter_mut()) {
+        let binding = by_cluster.get(c.name.as_str()).copied();
+        c.drift = binding
+            .and_then(|b| b.status.as_ref())
+            .filter(|s| find(&s.conditions, DRIFTED).is_some_and(|d| d.status == TRUE))
+            .map(|s| drift_state(&s.conditions));
+        c.overrides = Some(overrides_view(placement, &c.name, binding));
     }
 }
 
@@ -529,6 +576,91 @@ mod tests {
         run
     }
 
+    #[test]
+    fn a_large_stage_shows_its_counts_and_one_page_of_clusters_found_by_name() {
+        let mut run = waiting_run();
+        let status = run.status.as_mut().unwrap();
+        let stage = &mut status.stages_status[0];
+        stage.clusters = (1..=120)
+            .map(|i| ClusterUpdatingStatus {
+                cluster_name: format!("edge-{i:03}"),
+                conditions: if i <= 30 {
+                    vec![cond(SUCCEEDED, TRUE, reason::CLUSTER_SUCCEEDED, "ok")]
+                } else {
+                    vec![]
+                },
+                ..Default::default()
+            })
+            .collect();
+        status.current_stage = Some("production".into());
+        // Stored and read back as the API server returns it (compact above 100 clusters).
+        let run: UpdateRun = serde_json::from_value(serde_json::to_value(&run).unwrap()).unwrap();
+
+        let first = super::run(&run, &[], &RunQuery::default());
+        let s = &first.stages[0];
+        assert_eq!(
+            s.counts.sentence(),
+            "120 clusters: 30 succeeded · 90 pending"
+        );
+        assert!(
+            !s.open,
+            "a large stage that is not in progress is collapsed"
+        );
+        assert_eq!(
+            (s.matching, s.page, s.clusters.len()),
+            (120, 0, RUN_PAGE_ROWS)
+        );
+
+        let query = RunQuery {
+            stage: "canary".into(),
+            page: 9,
+            ..Default::default()
+        };
+        let last = super::run(&run, &[], &query);
+        let s = &last.stages[0];
+        assert!(s.open);
+        assert_eq!(s.page, 2, "a page past the end shows the last one");
+        let shown: Vec<(usize, &str)> = s
+            .clusters
+            .iter()
+            .map(|c| (c.order, c.name.as_str()))
+            .collect();
+        assert_eq!(shown.first(), Some(&(101, "edge-101")));
+        assert_eq!(shown.last(), Some(&(120, "edge-120")));
+        assert_eq!(shown.len(), 20);
+
+        let found = super::run(
+            &run,
+            &[],
+            &RunQuery {
+                search: "-11".into(),
+                ..Default::default()
+            },
+        );
+        let s = &found.stages[0];
+        assert_eq!(s.matching, 10);
+        assert_eq!(s.clusters[0].order, 110);
+        assert_eq!(s.clusters[0].state.label, "Pending");
+        assert_eq!(
+            query.link("r1", "canary", 1),
+            "/runs/r1?stage=canary&page=1"
+        );
+        let search = RunQuery {
+            search: "a b&c".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            search.link("r1", "canary", 0),
+            "/runs/r1?stage=canary&page=0&q=a%20b%26c"
+        );
+    }
+
+    fn run_with_bindings(run: &UpdateRun, bindings: &[Binding]) -> RunView {
+        let mut view = super::run(run, &[], &RunQuery::default());
+        super::mark_bindings(&mut view, &run.spec.placement_name, bindings);
+        view
+    }
+
     fn binding(cluster: &str, drifted: Condition) -> Binding {
         let mut b = Binding::new(
             &format!("web-{cluster}"),
@@ -557,7 +689,7 @@ mod tests {
             ),
             binding("member-3", cond(DRIFTED, TRUE, "Drifted", message)),
         ];
-        let view = super::run(&waiting_run(), &[], &bindings);
+        let view = run_with_bindings(&waiting_run(), &bindings);
         let clusters = &view.stages[0].clusters;
         assert_eq!(clusters[0].drift, None, "an in-sync cluster is not marked");
         let marked = clusters[1].drift.clone().unwrap();
@@ -608,7 +740,7 @@ mod tests {
                 ),
             ),
         ];
-        let view = super::run(&waiting_run(), &[], &bindings);
+        let view = run_with_bindings(&waiting_run(), &bindings);
         let clusters = &view.stages[0].clusters;
         let none = clusters[0].overrides.clone().unwrap();
         assert_eq!(
@@ -660,7 +792,7 @@ mod tests {
             "started",
         )];
         cluster.progress = Some("not available yet: phasedrollout app/db: 2/5 pods rolled".into());
-        let view = super::run(&run, &[], &[]);
+        let view = super::run(&run, &[], &RunQuery::default());
         let row = &view.stages[0].clusters[1].state;
         assert_eq!(row.label, "Updating");
         assert_eq!(
@@ -679,7 +811,7 @@ mod tests {
                 target_stage: "canary".into(),
             },
         );
-        let view = super::run(&run, std::slice::from_ref(&ar), &[]);
+        let view = super::run(&run, std::slice::from_ref(&ar), &RunQuery::default());
         assert_eq!(view.row.state.label, "Waiting");
         assert_eq!(view.row.done, 1);
         assert_eq!(view.row.total, 2);
@@ -710,7 +842,7 @@ mod tests {
                 "approved by alice: lgtm",
             )],
         });
-        let view = super::run(&run, &[approved.clone()], &[]);
+        let view = super::run(&run, &[approved.clone()], &RunQuery::default());
         match &view.stages[0].tasks[0] {
             TaskView::Approval {
                 pending,

@@ -113,6 +113,10 @@ enum Command {
         /// Keep showing the run as it changes, until it finishes (exit 1 if it failed).
         #[arg(short, long)]
         watch: bool,
+        /// List every cluster of a stage of over 50 (by default such a stage shows its counts
+        /// and the clusters updating, failed or passed over).
+        #[arg(short, long)]
+        all_clusters: bool,
     },
     /// Stop an UpdateRun (spec.state=Stop): no new cluster starts; clusters updating finish.
     Stop {
@@ -325,7 +329,11 @@ async fn execute(cli: Cli) -> Result<()> {
             start::rollback(&hub(None).await?, &opts).await
         }
         Command::Runs => runs::runs(&hub(None).await?).await,
-        Command::Run { ref name, watch } => runs::run(&hub(None).await?, name, watch).await,
+        Command::Run {
+            ref name,
+            watch,
+            all_clusters,
+        } => runs::run(&hub(None).await?, name, watch, all_clusters).await,
         Command::Stop { ref run } => runs::set_state(&hub(None).await?, run, true).await,
         Command::Resume { ref run } => runs::set_state(&hub(None).await?, run, false).await,
         Command::Approvals { all } => runs::approvals(&hub(None).await?, all).await,

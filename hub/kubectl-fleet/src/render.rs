@@ -374,6 +374,21 @@ pub fn run_detail(
     now: Timestamp,
     style: Style,
 ) -> String {
+    run_detail_listing(run, approvals, now, style, false)
+}
+
+/// A stage of more clusters than this lists only its clusters updating, failed or passed over
+/// (at most this many), unless every cluster is asked for.
+pub const LISTED_CLUSTERS: usize = 50;
+
+/// [`run_detail`]; with `all`, every cluster of a large stage too.
+pub fn run_detail_listing(
+    run: &UpdateRun,
+    approvals: &[ApprovalRequest],
+    now: Timestamp,
+    style: Style,
+    all_clusters: bool,
+) -> String {
     let mut out = String::new();
     let p = RunProgress::new(run, approvals);
     let _ = writeln!(
@@ -445,9 +460,7 @@ pub fn run_detail(
         if stage.clusters.is_empty() {
             let _ = writeln!(out, "    (no clusters)");
         }
-        for c in &stage.clusters {
-            let _ = writeln!(out, "{}", cluster_line(c, false, style));
-        }
+        list_clusters(&mut out, &p.name, &stage.clusters, all_clusters, style);
         for task in &stage.tasks {
             let _ = writeln!(out, "{}", task_line(task, "after", now, style));
         }
@@ -471,6 +484,46 @@ pub fn run_detail(
         }
     }
     out
+}
+
+/// Every cluster of a stage of at most [`LISTED_CLUSTERS`] (or with `all`); of a larger one,
+/// its counts and the clusters that are neither pending nor succeeded.
+fn list_clusters(
+    out: &mut String,
+    run: &str,
+    clusters: &[ClusterProgress],
+    all: bool,
+    style: Style,
+) {
+    if all || clusters.len() <= LISTED_CLUSTERS {
+        for c in clusters {
+            let _ = writeln!(out, "{}", cluster_line(c, false, style));
+        }
+        return;
+    }
+    let count = |phase| clusters.iter().filter(|c| c.phase == phase).count();
+    let _ = writeln!(
+        out,
+        "    {} clusters: {} succeeded, {} updating, {} failed, {} skipped, {} pending",
+        clusters.len(),
+        count(ClusterPhase::Succeeded),
+        count(ClusterPhase::Updating),
+        count(ClusterPhase::Failed),
+        count(ClusterPhase::Skipped),
+        count(ClusterPhase::Pending),
+    );
+    let notable: Vec<&ClusterProgress> = clusters
+        .iter()
+        .filter(|c| !matches!(c.phase, ClusterPhase::Pending | ClusterPhase::Succeeded))
+        .collect();
+    for c in notable.iter().take(LISTED_CLUSTERS) {
+        let _ = writeln!(out, "{}", cluster_line(c, false, style));
+    }
+    let unlisted = clusters.len() - notable.len().min(LISTED_CLUSTERS);
+    let _ = writeln!(
+        out,
+        "    ({unlisted} more not listed: kubectl fleet run {run} --all-clusters lists every one)"
+    );
 }
 
 #[cfg(test)]

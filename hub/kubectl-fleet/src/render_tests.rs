@@ -2,7 +2,7 @@ use super::*;
 use fleethub_crds::approval::ApprovalRequestSpec;
 use fleethub_crds::update_run::{DELETION_STAGE, UpdateRunState, reason};
 use fleethub_crds::update_run::{UpdateRunSpec, UpdateRunStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::json;
 
 fn t(s: &str) -> Timestamp {
@@ -373,4 +373,48 @@ fn skipped_clusters_joined_clusters_and_a_plan_are_worded() {
         text.contains("start it with: kubectl fleet resume r1"),
         "{text}"
     );
+}
+
+#[test]
+fn a_large_stage_shows_its_counts_and_the_clusters_that_are_not_done() {
+    let mut run = waiting_run();
+    let production = &mut run.status.as_mut().unwrap().stages_status[2];
+    production.clusters = (1..=200)
+        .map(|i| {
+            let mut c = fleethub_crds::update_run::ClusterUpdatingStatus {
+                cluster_name: format!("edge-{i:03}"),
+                ..Default::default()
+            };
+            if i <= 3 {
+                let started: Condition = serde_json::from_value(cond(
+                    "Started",
+                    "True",
+                    "x",
+                    "",
+                    "2026-11-22T08:00:19Z",
+                ))
+                .unwrap();
+                c.conditions = vec![started];
+                c.start_time = Some(Time(t("2026-11-22T08:00:19Z")));
+            }
+            c
+        })
+        .collect();
+    let text = run_detail(&run, &[], t(NOW), plain());
+    assert!(
+        text.contains(
+            "    200 clusters: 0 succeeded, 3 updating, 0 failed, 0 skipped, 197 pending"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("edge-003") && !text.contains("edge-004"),
+        "{text}"
+    );
+    assert!(
+        text.contains("(197 more not listed: kubectl fleet run r1 --all-clusters lists every one)"),
+        "{text}"
+    );
+    let all = run_detail_listing(&run, &[], t(NOW), plain(), true);
+    assert!(all.contains("edge-200"), "{all}");
 }

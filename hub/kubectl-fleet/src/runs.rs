@@ -68,14 +68,20 @@ pub async fn runs(hub: &Cluster) -> Result<()> {
 
 /// `kubectl fleet run <name> [--watch]`. With `watch`, re-renders whenever the run or one of
 /// its ApprovalRequests changes, and returns when the run has finished; failing if it failed.
-pub async fn run(hub: &Cluster, name: &str, watch: bool) -> Result<()> {
+pub async fn run(hub: &Cluster, name: &str, watch: bool, all_clusters: bool) -> Result<()> {
     let style = style();
     let mut run = get_run(&hub.client, name).await?;
     let mut approvals = run_approvals(&hub.client, name).await?;
     let mut last = String::new();
     let mut show = |run: &UpdateRun, approvals: &BTreeMap<String, ApprovalRequest>| {
         let approvals: Vec<ApprovalRequest> = approvals.values().cloned().collect();
-        let text = render::run_detail(run, &approvals, jiff::Timestamp::now(), style);
+        let text = render::run_detail_listing(
+            run,
+            &approvals,
+            jiff::Timestamp::now(),
+            style,
+            all_clusters,
+        );
         if text == last {
             return;
         }

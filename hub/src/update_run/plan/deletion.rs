@@ -107,7 +107,10 @@ impl Planner<'_, '_> {
             }
         }
         if !remaining.is_empty() {
-            let message = format!("removing the workload from {}", super::listed(&remaining, ", "));
+            let message = format!(
+                "removing the workload from {}",
+                super::listed(&remaining, ", ")
+            );
             self.status.deletion_stage_status = Some(del);
             self.set_run(PROGRESSING, TRUE, reason::STARTED, message);
             return;

@@ -15,9 +15,7 @@ use fleethub_crds::work;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::gates::Gate;
-use super::{
-    Action, BindingView, ConditionView, Planner, Side, WorkView, listed, skipped_as,
-};
+use super::{Action, BindingView, ConditionView, Planner, Side, WorkView, listed, skipped_as};
 
 /// Where a started cluster is, judged from its Work.
 enum ClusterProgress {

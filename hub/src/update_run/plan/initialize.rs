@@ -11,8 +11,7 @@ use fleethub_crds::placement::RolloutStrategyType;
 use fleethub_crds::strategy::{StageConfig, StageTask, StageTaskType, StagedUpdateStrategySpec};
 use fleethub_crds::update_run::{
     ClusterUpdatingStatus, DELETION_STAGE, INITIALIZED, MAX_RUN_NAME_BYTES, MetricCheckStatus,
-    run_name_bytes,
-    StageTaskStatus, StageUpdatingStatus, reason,
+    StageTaskStatus, StageUpdatingStatus, reason, run_name_bytes,
 };
 use fleethub_crds::{duration, names};
 use kube::core::{Selector, SelectorExt};
@@ -149,13 +148,7 @@ impl<'a, 'o> Planner<'a, 'o> {
         selected.scheduled.sort_unstable();
         selected.removed.sort_unstable();
         let (update, remove) = (selected.scheduled.len(), selected.removed.len());
-        let bytes = run_name_bytes(
-            selected
-                .scheduled
-                .iter()
-                .chain(&selected.removed)
-                .copied(),
-        );
+        let bytes = run_name_bytes(selected.scheduled.iter().chain(&selected.removed).copied());
         if bytes > MAX_RUN_NAME_BYTES {
             return Err((
                 reason::TOO_MANY_CLUSTERS,
