@@ -94,6 +94,10 @@ struct Args {
     /// Members of the run during which the hub is killed and restarted (0: skip).
     #[arg(long, default_value_t = 100)]
     restart_members: usize,
+    /// Hub restarts during that run, spread over its progress (each one a sample of "hub
+    /// started → run progressing again").
+    #[arg(long, default_value_t = 1)]
+    restarts: usize,
     /// maxConcurrency of every stage.
     #[arg(long, default_value = "50%")]
     concurrency: String,
@@ -270,7 +274,9 @@ impl Bench {
             self.settle("overrides", outcome, &mut failed).await?;
         }
         if self.args.restart_members > 0 {
-            let outcome = self.restart(self.args.restart_members).await;
+            let outcome = self
+                .restart(self.args.restart_members, self.args.restarts.max(1))
+                .await;
             self.settle("hub restart", outcome, &mut failed).await?;
         }
         if self.args.runs > 0 {

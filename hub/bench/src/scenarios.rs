@@ -221,7 +221,7 @@ impl Bench {
 
     /// A run over `size` members during which the hub is SIGKILLed (once a third of the
     /// clusters are done) and started again.
-    pub(crate) async fn restart(&mut self, size: usize) -> anyhow::Result<()> {
+    pub(crate) async fn restart(&mut self, size: usize, restarts: usize) -> anyhow::Result<()> {
         self.ensure_members(size).await?;
         let placement = "bench-restart";
         let run = "bench-restart-run";
@@ -232,42 +232,59 @@ impl Bench {
         self.samplers.reset();
         let start = Instant::now();
         objects::create_run(&self.client, run, placement, 0, STRATEGY).await?;
-        let third = size.div_ceil(3);
-        self.timeline
-            .wait(self.timeout, |t| {
-                t.done_count(run) >= third || t.run_outcome(run).is_some()
-            })
-            .await;
-        let done_before = self.timeline.done_count(run);
-        let fleet = self.fleet;
-        let killed = Instant::now();
-        tokio::task::spawn_blocking(move || fleet.kill("hub")).await??;
-        let restarting = Instant::now();
-        tokio::task::spawn_blocking(move || fleet.start_fleethub()).await??;
-        let ready = Instant::now();
+        let mut resumed = Vec::new();
+        let mut notes = Vec::new();
+        for k in 1..=restarts {
+            // Restart k happens once k/(restarts+1) of the clusters are done.
+            let target = (size * k).div_ceil(restarts + 1);
+            self.timeline
+                .wait(self.timeout, |t| {
+                    t.done_count(run) >= target || t.run_outcome(run).is_some()
+                })
+                .await;
+            if self.timeline.run_outcome(run).is_some() {
+                notes.push(format!("the run ended before restart {k}"));
+                break;
+            }
+            let done_before = self.timeline.done_count(run);
+            let fleet = self.fleet;
+            let killed = Instant::now();
+            tokio::task::spawn_blocking(move || fleet.kill("hub")).await??;
+            let restarting = Instant::now();
+            tokio::task::spawn_blocking(move || fleet.start_fleethub()).await??;
+            let ready = Instant::now();
+            let progress = self
+                .timeline
+                .wait(self.timeout, |t| {
+                    t.first_progress_after(run, placement, 0, restarting)
+                        .is_some()
+                        || t.run_outcome(run).is_some()
+                })
+                .await;
+            let first = self
+                .timeline
+                .first_progress_after(run, placement, 0, restarting)
+                .filter(|_| progress)
+                .context("the run made no progress after the hub restarted")?;
+            resumed.push(first.saturating_duration_since(restarting));
+            notes.push(format!(
+                "restart {k}: killed after {done_before}/{size} clusters were done; kill took {:.1}s; start to /readyz {:.1}s; ready → progress {:.2}s",
+                restarting.saturating_duration_since(killed).as_secs_f64(),
+                ready.saturating_duration_since(restarting).as_secs_f64(),
+                first.saturating_duration_since(ready).as_secs_f64()
+            ));
+        }
         let done = self.outcome(run).await?;
-        let resumed = self
-            .timeline
-            .first_progress_after(run, placement, 0, restarting)
-            .context("the run made no progress after the hub restarted")?;
         let mut s = Scenario {
-            name: format!("hub restart during a {size}-member run"),
+            name: format!("{restarts} hub restart(s) during a {size}-member run"),
             members: self.sim.members(),
             clusters: size,
             seconds: done.saturating_duration_since(start).as_secs_f64(),
             special: Some((
                 "hub started → run progressing again".into(),
-                summarize(&[resumed.saturating_duration_since(restarting)]),
+                summarize(&resumed),
             )),
-            notes: vec![
-                format!("killed after {done_before}/{size} clusters were done"),
-                format!(
-                    "kill took {:.1}s; start to /readyz {:.1}s; ready → progress {:.2}s",
-                    restarting.saturating_duration_since(killed).as_secs_f64(),
-                    ready.saturating_duration_since(restarting).as_secs_f64(),
-                    resumed.saturating_duration_since(ready).as_secs_f64()
-                ),
-            ],
+            notes,
             ..Default::default()
         };
         fill(
