@@ -9,6 +9,7 @@ pub mod membership;
 pub mod metrics;
 pub mod override_snapshots;
 pub mod placement;
+mod provisioning_record;
 pub mod update_run;
 pub mod work_generator;
 mod work_overrides;

@@ -33,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 use crate::Error;
 use crate::clock::Clock;
 use crate::metrics::Metrics;
+use crate::provisioning_record;
 
 /// Kept for `hub/tests/least_privilege.rs`, which reads it from here; defined in `fleethub_crds`.
 pub use fleethub_crds::member_cluster::AGENT_SERVICE_ACCOUNT;
@@ -95,7 +96,7 @@ pub fn provisioned_objects(member: &MemberCluster) -> Provisioned {
     let members = MemberCluster::plural(&()).to_string();
     let members_status = format!("{members}/status");
     let cluster_role = cluster_role_name(&name);
-    Provisioned {
+    let mut p = Provisioned {
         namespace: Namespace {
             metadata: meta(&ns, None),
             ..Default::default()
@@ -135,6 +136,32 @@ pub fn provisioned_objects(member: &MemberCluster) -> Provisioned {
             role_ref: role_ref(ClusterRole::KIND, &cluster_role),
             subjects,
         },
+    };
+    // Applied last, the ClusterRoleBinding records that all six were applied, and what they were.
+    let mark = provisioning_record::fingerprint(&[
+        &p.namespace,
+        &p.service_account,
+        &p.role,
+        &p.role_binding,
+        &p.cluster_role,
+        &p.cluster_role_binding,
+    ]);
+    p.cluster_role_binding.metadata.annotations = Some(BTreeMap::from([(
+        provisioning_record::ANNOTATION.to_string(),
+        mark,
+    )]));
+    p
+}
+
+impl Provisioned {
+    /// The fingerprint of the six objects (marked on the ClusterRoleBinding).
+    pub fn fingerprint(&self) -> &str {
+        self.cluster_role_binding
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(provisioning_record::ANNOTATION))
+            .map_or("", String::as_str)
     }
 }
 
@@ -190,6 +217,9 @@ struct Context {
     /// heartbeat going stale and coming back) does not re-apply them; they are re-asserted at
     /// least every `REPROVISION_AFTER` (repairing hand-made damage) and after a restart.
     provisioned: std::sync::Mutex<std::collections::HashMap<String, jiff::Timestamp>>,
+    /// The marks a restarted hub found on members' ClusterRoleBindings, by member uid, until
+    /// each member's first reconcile takes its own ([`provisioning_record`]).
+    recorded: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl Context {
@@ -226,6 +256,7 @@ pub async fn run(
     // member are left to the timer that judges staleness (`trigger`); the store still sees them.
     let (reader, writer) = reflector::store();
     metrics.count_members_in(reader.clone());
+    let recorded = provisioning_record::recorded(&client, names::CLUSTER_LABEL).await;
     let stream = watcher(
         Api::<MemberCluster>::all(client.clone()),
         fleethub_runtime::watcher_config(),
@@ -245,6 +276,7 @@ pub async fn run(
                 clock,
                 stale_multiple,
                 provisioned: Default::default(),
+                recorded: std::sync::Mutex::new(recorded),
             }),
         )
         .for_each(move |res| {
@@ -300,8 +332,28 @@ async fn reconcile(member: Arc<MemberCluster>, ctx: Arc<Context>) -> Result<Requ
         .get(&uid)
         .is_some_and(|at| now.duration_since(*at).unsigned_abs() < REPROVISION_AFTER);
     if !fresh {
-        provision(&ctx.client, provisioned_objects(&member)).await?;
-        ctx.provisioned().insert(uid, now);
+        let objects = provisioned_objects(&member);
+        let mark = ctx
+            .recorded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&uid);
+        let trusted = provisioning_record::trusted_since(
+            mark.as_deref(),
+            objects.fingerprint(),
+            &uid,
+            now,
+            REPROVISION_AFTER,
+        );
+        match trusted {
+            Some(since) => {
+                ctx.provisioned().insert(uid, since);
+            }
+            None => {
+                provision(&ctx.client, objects).await?;
+                ctx.provisioned().insert(uid, now);
+            }
+        }
     }
 
     let status = member.status.clone().unwrap_or_default();
