@@ -278,24 +278,26 @@ pub struct RunQuery {
 impl RunQuery {
     /// The page's link for `page` of `stage`, keeping the search.
     pub fn link(&self, run: &str, stage: &str, page: usize) -> String {
-        let mut link = format!("/runs/{run}?stage={}&page={page}", encode(stage));
+        let mut link = format!("/runs/{run}?stage={}&page={page}", url_encode(stage));
         if !self.search.is_empty() {
-            link.push_str(&format!("&q={}", encode(&self.search)));
+            link.push_str(&format!("&q={}", url_encode(&self.search)));
         }
         link
     }
 }
 
-/// `text` for a URL's query: letters, digits and `-._~` as they are, every other byte as %XX.
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+/// What a query parameter value keeps unencoded: RFC 3986's unreserved characters and `/`, so
+/// a path stays readable (`/login?next=/runs/r1`).
+const QUERY_VALUE: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~')
+    .remove(b'/');
+
+/// Percent-encodes a query parameter value.
+pub fn url_encode(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, QUERY_VALUE).to_string()
 }
 
 /// A stage's clusters counted by state.

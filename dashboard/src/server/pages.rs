@@ -5,26 +5,13 @@ use std::borrow::Cow;
 
 use axum::response::Html;
 use fleethub_crds::render::Render;
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 /// Escapes text for HTML content and (quoted) attribute values: `& < > " '`.
 pub fn escape(s: &str) -> Cow<'_, str> {
     html_escape::encode_quoted_attribute(s)
 }
 
-/// What a query parameter value keeps unencoded: RFC 3986's unreserved characters and `/`, so
-/// a path stays readable (`/login?next=/runs/r1`).
-const QUERY_VALUE: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~')
-    .remove(b'/');
-
-/// Percent-encodes a query parameter value.
-pub fn url_encode(s: &str) -> String {
-    utf8_percent_encode(s, QUERY_VALUE).to_string()
-}
+pub use crate::model::url_encode;
 
 /// Where to go after signing in: only paths of this site (no `//host`, no scheme).
 pub fn safe_next(next: &str) -> String {
