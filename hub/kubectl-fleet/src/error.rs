@@ -63,5 +63,10 @@ pub fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
+/// Whether `e` is the API server's 409: the object changed since it was read.
+pub fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

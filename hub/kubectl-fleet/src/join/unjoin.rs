@@ -17,7 +17,11 @@ use super::client::{dynamic_api, wait_gone};
 use super::{AGENT_FINALIZER, UNJOIN_FINALIZER, validate_member_name};
 use crate::agent_manifests;
 use crate::cluster::Cluster;
-use crate::error::{Error, Result, is_not_found};
+use crate::error::{Error, Result, is_conflict, is_not_found};
+
+/// How often unjoin reads the MemberCluster again when removing its finalizer conflicts with
+/// another write (the agent's heartbeat).
+const FINALIZER_ATTEMPTS: u32 = 5;
 
 /// What `unjoin` should do.
 pub struct UnjoinOptions {
@@ -218,11 +222,14 @@ pub async fn unjoin(hub: &Cluster, member: Option<&Cluster>, opts: &UnjoinOption
             strip_agent_finalizers(&hub.client, &ns, &left).await?;
         }
         // 2. Release the MemberCluster: the hub's garbage collector removes its namespace and RBAC.
-        let mc = members
-            .get_opt(name)
-            .await
-            .map_err(Error::api(format!("reading MemberCluster {name}")))?;
-        if let Some(mc) = mc {
+        // The patch names the resourceVersion it read, so it never drops a finalizer added
+        // meanwhile; the agent's heartbeats also change the object, so a conflict reads it again.
+        for attempt in 1.. {
+            let mc = members
+                .get_opt(name)
+                .await
+                .map_err(Error::api(format!("reading MemberCluster {name}")))?;
+            let Some(mc) = mc else { break };
             let keep: Vec<String> = mc
                 .finalizers()
                 .iter()
@@ -235,8 +242,9 @@ pub async fn unjoin(hub: &Cluster, member: Option<&Cluster>, opts: &UnjoinOption
                 .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
             {
-                Ok(_) => {}
-                Err(e) if is_not_found(&e) => {}
+                Ok(_) => break,
+                Err(e) if is_not_found(&e) => break,
+                Err(e) if is_conflict(&e) && attempt < FINALIZER_ATTEMPTS => continue,
                 Err(e) => {
                     return Err(Error::api(format!(
                         "removing finalizer {UNJOIN_FINALIZER} from MemberCluster {name}"
