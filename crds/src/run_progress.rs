@@ -346,6 +346,13 @@ impl Approval {
     }
 }
 
+impl StageProgress {
+    /// Its clusters counted by phase.
+    pub fn counts(&self) -> crate::stored_stage::ClusterCounts {
+        crate::stored_stage::ClusterCounts::of_phases(self.clusters.iter().map(|c| c.phase))
+    }
+}
+
 impl RunProgress {
     /// Reads `run`; `approvals` are its ApprovalRequests (others are ignored).
     pub fn new(run: &UpdateRun, approvals: &[ApprovalRequest]) -> Self {
@@ -519,17 +526,27 @@ fn tasks(
     tasks.into_iter().map(|(_, t)| t).collect()
 }
 
-fn cluster(c: &ClusterUpdatingStatus) -> ClusterProgress {
+/// Where cluster `c` is, and the condition that says so.
+fn phase_and_condition(c: &ClusterUpdatingStatus) -> (ClusterPhase, Option<&Condition>) {
     let succeeded = find(&c.conditions, SUCCEEDED);
     let started = find(&c.conditions, CLUSTER_STARTED);
     let skipped = find(&c.conditions, CLUSTER_SKIPPED).filter(|s| s.status == TRUE);
-    let (phase, latest) = match (succeeded, started) {
+    match (succeeded, started) {
         (Some(s), _) if s.status == TRUE => (ClusterPhase::Succeeded, Some(s)),
         _ if skipped.is_some() => (ClusterPhase::Skipped, skipped),
         (Some(s), _) if s.status == FALSE => (ClusterPhase::Failed, Some(s)),
         (_, Some(s)) if s.status == TRUE => (ClusterPhase::Updating, Some(s)),
         _ => (ClusterPhase::Pending, None),
-    };
+    }
+}
+
+/// Where cluster `c` of a stage is, from its conditions.
+pub fn phase(c: &ClusterUpdatingStatus) -> ClusterPhase {
+    phase_and_condition(c).0
+}
+
+fn cluster(c: &ClusterUpdatingStatus) -> ClusterProgress {
+    let (phase, latest) = phase_and_condition(c);
     ClusterProgress {
         name: c.cluster_name.clone(),
         phase,

@@ -23,7 +23,8 @@ use kube::KubeSchema;
 use kube::core::{ListMerge, Rule};
 use serde::{Deserialize, Serialize};
 
-use crate::conditions::{find, is_false, is_true};
+use crate::conditions::is_true;
+use crate::run_progress::{ClusterPhase, phase};
 use crate::update_run::{
     CLUSTER_SKIPPED, CLUSTER_STARTED, ClusterUpdatingStatus, SUCCEEDED, StageTaskStatus,
     StageUpdatingStatus, reason,
@@ -55,43 +56,23 @@ pub struct ClusterCounts {
 impl ClusterCounts {
     /// Counts `clusters`.
     pub fn of(clusters: &[ClusterUpdatingStatus]) -> Self {
+        Self::of_phases(clusters.iter().map(phase))
+    }
+
+    /// Counts clusters in these phases.
+    pub fn of_phases(phases: impl IntoIterator<Item = ClusterPhase>) -> Self {
         let mut counts = ClusterCounts::default();
-        for c in clusters {
+        for p in phases {
             counts.total += 1;
-            match State::of(c) {
-                State::Pending => counts.pending += 1,
-                State::Updating => counts.updating += 1,
-                State::Succeeded => counts.succeeded += 1,
-                State::Failed => counts.failed += 1,
-                State::Skipped => counts.skipped += 1,
+            match p {
+                ClusterPhase::Pending => counts.pending += 1,
+                ClusterPhase::Updating => counts.updating += 1,
+                ClusterPhase::Succeeded => counts.succeeded += 1,
+                ClusterPhase::Failed => counts.failed += 1,
+                ClusterPhase::Skipped => counts.skipped += 1,
             }
         }
         counts
-    }
-}
-
-#[derive(PartialEq, Eq)]
-enum State {
-    Pending,
-    Updating,
-    Succeeded,
-    Failed,
-    Skipped,
-}
-
-impl State {
-    fn of(c: &ClusterUpdatingStatus) -> Self {
-        if is_true(&c.conditions, CLUSTER_SKIPPED) {
-            State::Skipped
-        } else if is_true(&c.conditions, SUCCEEDED) {
-            State::Succeeded
-        } else if is_false(&c.conditions, SUCCEEDED) {
-            State::Failed
-        } else if find(&c.conditions, CLUSTER_STARTED).is_some() {
-            State::Updating
-        } else {
-            State::Pending
-        }
     }
 }
 
@@ -199,10 +180,13 @@ fn compact(
     let mut with_progress = 0;
     for (i, mut c) in clusters.into_iter().enumerate() {
         names.push(c.cluster_name.clone());
-        match State::of(&c) {
-            State::Pending => {}
-            State::Succeeded => succeeded.push(i),
-            State::Updating => {
+        match phase(&c) {
+            ClusterPhase::Pending => {}
+            // A cluster also passed over keeps its entry (the planner reads why).
+            ClusterPhase::Succeeded if !is_true(&c.conditions, CLUSTER_SKIPPED) => {
+                succeeded.push(i)
+            }
+            ClusterPhase::Updating => {
                 // Its Started condition is rebuilt from its start time on reading.
                 if c.start_time.is_some()
                     && let [only] = c.conditions.as_slice()
@@ -218,7 +202,9 @@ fn compact(
                 }
                 detail.push(c);
             }
-            State::Failed | State::Skipped => detail.push(c),
+            ClusterPhase::Succeeded | ClusterPhase::Failed | ClusterPhase::Skipped => {
+                detail.push(c)
+            }
         }
     }
     (names, succeeded.text(), detail)

@@ -9,6 +9,7 @@ use fleethub_crds::run_progress::{
     Approval, ClusterPhase, ClusterProgress, MetricCheckProgress, RunPhase, RunProgress,
     StagePhase, StageProgress, TaskProgress,
 };
+use fleethub_crds::stored_stage::ClusterCounts;
 use fleethub_crds::update_run::{DELETION_STAGE, MetricCheckResult};
 use fleethub_crds::{ApprovalRequest, UpdateRun, duration};
 use jiff::Timestamp;
@@ -501,16 +502,16 @@ fn list_clusters(
         }
         return;
     }
-    let count = |phase| clusters.iter().filter(|c| c.phase == phase).count();
+    let counts = ClusterCounts::of_phases(clusters.iter().map(|c| c.phase));
     let _ = writeln!(
         out,
         "    {} clusters: {} succeeded, {} updating, {} failed, {} skipped, {} pending",
-        clusters.len(),
-        count(ClusterPhase::Succeeded),
-        count(ClusterPhase::Updating),
-        count(ClusterPhase::Failed),
-        count(ClusterPhase::Skipped),
-        count(ClusterPhase::Pending),
+        counts.total,
+        counts.succeeded,
+        counts.updating,
+        counts.failed,
+        counts.skipped,
+        counts.pending,
     );
     let notable: Vec<&ClusterProgress> = clusters
         .iter()
