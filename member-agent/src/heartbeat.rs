@@ -130,16 +130,24 @@ pub struct Heartbeat {
 }
 
 impl Heartbeat {
-    /// Writes one heartbeat; returns the period until the next one.
-    pub async fn beat(&self) -> Result<Duration, Error> {
+    /// Writes one heartbeat; returns the period until the next one. `last` is the
+    /// MemberCluster as the previous heartbeat's write returned it (its spec, generation and
+    /// the agent's own conditions are what this one needs), or `None` to read it first (the
+    /// first heartbeat, and the one after a failure); it becomes what this write returned. One
+    /// request a period instead of two: at 1,000 members, heartbeats were the hub API server's
+    /// most frequent requests.
+    pub async fn beat(&self, last: &mut Option<MemberCluster>) -> Result<Duration, Error> {
         let name = &self.member_name;
         let api: Api<MemberCluster> = Api::all(self.hub.clone());
         let missing = || Error::MemberClusterMissing(name.clone());
-        let mc = api
-            .get_opt(name)
-            .await
-            .map_err(Error::hub(format!("reading MemberCluster {name}")))?
-            .ok_or_else(missing)?;
+        let mc = match last.take() {
+            Some(mc) => mc,
+            None => api
+                .get_opt(name)
+                .await
+                .map_err(Error::hub(format!("reading MemberCluster {name}")))?
+                .ok_or_else(missing)?,
+        };
         let version = self
             .member
             .apiserver_version()
@@ -166,22 +174,25 @@ impl Heartbeat {
             "metadata": {"name": name},
             "status": status,
         });
-        api.patch_status(
-            name,
-            &PatchParams::apply(MEMBER_AGENT).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-        .map_err(|e| {
-            if crate::error::is_not_found(&e) {
-                missing()
-            } else {
-                Error::hub(format!("writing the status of MemberCluster {name}"))(e)
-            }
-        })?;
+        let written = api
+            .patch_status(
+                name,
+                &PatchParams::apply(MEMBER_AGENT).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+            .map_err(|e| {
+                if crate::error::is_not_found(&e) {
+                    missing()
+                } else {
+                    Error::hub(format!("writing the status of MemberCluster {name}"))(e)
+                }
+            })?;
         self.metrics.heartbeat(true, now);
         tracing::debug!(member = %name, nodes = status.node_count, "heartbeat written");
-        Ok(period(&mc.spec, self.period_override))
+        let period = period(&written.spec, self.period_override);
+        *last = Some(written);
+        Ok(period)
     }
 
     /// Heartbeats until `shutdown`, recording the outcome as readiness check
@@ -194,8 +205,9 @@ impl Heartbeat {
     ) {
         let mut joined = Some(joined);
         let mut failures: u32 = 0;
+        let mut last = None;
         loop {
-            let wait = match self.beat().await {
+            let wait = match self.beat(&mut last).await {
                 Ok(period) => {
                     if let Some(tx) = joined.take() {
                         tracing::info!(member = %self.member_name, ?period, "joined the hub");

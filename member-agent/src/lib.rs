@@ -24,7 +24,7 @@ pub use fleethub_runtime::clock;
 pub mod error;
 pub mod heartbeat;
 pub mod kind_resolver;
-pub mod last_written;
+pub use fleethub_runtime::last_written;
 pub mod manifest;
 pub mod member_crds;
 pub mod member_objects;

@@ -1,7 +1,7 @@
 //! Simulated member agents: lightweight stand-ins for `fleethub-member-agent`, one per bench
 //! member, inside this process, talking to the hub API server as the real agent does:
 //!
-//! - a heartbeat every `heartbeatPeriodSeconds`: read the MemberCluster, then server-side apply
+//! - a heartbeat every `heartbeatPeriodSeconds`: server-side apply
 //!   its status (`Joined=True`, `lastHeartbeatTime`, versions, nodes), spread evenly over the
 //!   period across members;
 //! - a watch on the member's Works (one watch per member, as real agents have, or one shared
@@ -209,13 +209,18 @@ async fn heartbeats(
         .round(jiff::Unit::Second)
         .unwrap_or_else(|_| jiff::Timestamp::now());
     let mut first = true;
+    let mut generation = None;
     loop {
         {
             let Ok(_permit) = slots.acquire().await else {
                 return;
             };
-            if let Err(e) = beat(&api, &member, period, joined_at).await {
-                tracing::debug!(member, error = %e, "simulated heartbeat failed");
+            match beat(&api, &member, period, joined_at, generation).await {
+                Ok(written) => generation = written,
+                Err(e) => {
+                    generation = None;
+                    tracing::debug!(member, error = %e, "simulated heartbeat failed");
+                }
             }
         }
         let wait = if first { period + offset } else { period };
@@ -224,15 +229,22 @@ async fn heartbeats(
     }
 }
 
+/// One heartbeat; returns the MemberCluster's generation as the write returned it. Like the
+/// real agent, it reads the MemberCluster only when it has no answer of a previous write
+/// (`generation` is `None`).
 async fn beat(
     api: &Api<MemberCluster>,
     member: &str,
     period: Duration,
     joined_at: jiff::Timestamp,
-) -> Result<(), kube::Error> {
-    // The real agent reads its MemberCluster before every beat.
-    let Some(mc) = api.get_opt(member).await? else {
-        return Ok(());
+    generation: Option<Option<i64>>,
+) -> Result<Option<Option<i64>>, kube::Error> {
+    let generation = match generation {
+        Some(g) => g,
+        None => match api.get_opt(member).await? {
+            Some(mc) => mc.metadata.generation,
+            None => return Ok(None),
+        },
     };
     let now = jiff::Timestamp::now()
         .round(jiff::Unit::Second)
@@ -244,7 +256,7 @@ async fn beat(
         "status": {
             "conditions": [{"type": "Joined", "status": "True", "reason": "AgentJoined",
                 "message": format!("simulated agent heartbeats every {}s", period.as_secs()),
-                "observedGeneration": mc.metadata.generation,
+                "observedGeneration": generation,
                 "lastTransitionTime": joined_at.to_string()}],
             "lastHeartbeatTime": now.to_string(),
             "agentVersion": "fleethub-bench-simulated",
@@ -253,13 +265,14 @@ async fn beat(
             "allocatable": {"cpu": "24", "memory": "96Gi", "pods": "330"},
         },
     });
-    api.patch_status(
-        member,
-        &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
-        &Patch::Apply(&status),
-    )
-    .await?;
-    Ok(())
+    let written = api
+        .patch_status(
+            member,
+            &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
+            &Patch::Apply(&status),
+        )
+        .await?;
+    Ok(Some(written.metadata.generation))
 }
 
 /// Reports a new Work generation applied and available, as the real agent does once its

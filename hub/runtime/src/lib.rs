@@ -5,6 +5,7 @@
 pub mod clock;
 pub mod health;
 pub mod kubeconfig;
+pub mod last_written;
 pub mod logging;
 pub mod probe;
 pub mod process;

@@ -1,6 +1,8 @@
 //! The plan's writes: Bindings pointed at the run's snapshot (never created), ApprovalRequests
 //! created and accepted, Bindings of unselected clusters deleted.
 
+use futures::TryStreamExt;
+
 use super::*;
 
 /// Performs the plan's writes in order; clusters a plan starts together are bound together.
@@ -15,13 +17,12 @@ pub(super) async fn act(ctx: &Context, run: &UpdateRun, actions: &[Action]) -> R
         while let Some(next) = actions.next_if(|a| matches!(a, Action::Bind { .. })) {
             binds.push(next);
         }
-        for chunk in binds.chunks(BIND_CONCURRENCY) {
-            let writes = chunk.iter().map(|a| perform(ctx, run, a));
-            futures::future::join_all(writes)
-                .await
-                .into_iter()
-                .collect::<Result<Vec<()>, Error>>()?;
-        }
+        // Each write starts as soon as one in flight ends (no rounds waiting for the slowest).
+        let writes: Vec<_> = binds.into_iter().map(|a| perform(ctx, run, a)).collect();
+        futures::stream::iter(writes)
+            .buffer_unordered(BIND_CONCURRENCY)
+            .try_collect::<Vec<()>>()
+            .await?;
     }
     Ok(())
 }

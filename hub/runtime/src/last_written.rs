@@ -1,13 +1,13 @@
-//! The newest copy of an object the agent writes itself (its Works on the hub, their
-//! AppliedWorks on the member): the watch cache's, or the one the agent's own last write of it
-//! returned, whichever is newer.
+//! The newest copy of an object a controller writes itself (the member agent: its Works on the
+//! hub and their AppliedWorks on the member; the hub's work generator: Works and Bindings): the
+//! watch cache's, or the one the controller's own last write of it returned, whichever is newer.
 //!
 //! A reconcile reads these from the caches instead of asking the API server each time. A cache
-//! may lag behind the agent's own last write (the write's answer comes back before the watch
-//! delivers it), and a reconcile that planned from that older copy would write an older status
-//! back (drift first-seen times, applied hashes, the list of applied objects). So the agent keeps
-//! the object each of its writes returned until the cache shows that version or a newer one, and
-//! uses the newer of the two.
+//! may lag behind the controller's own last write (the write's answer comes back before the
+//! watch delivers it), and a reconcile that planned from that older copy would write an older
+//! status back (drift first-seen times, applied hashes, the list of applied objects), or write
+//! again what it just wrote. So the controller keeps the object each of its writes returned
+//! until the cache shows that version or a newer one, and uses the newer of the two.
 //!
 //! Nothing is decided from memory alone: what is kept is the API server's own answer, and after
 //! a restart nothing is kept, while the caches start from a quorum list (newer than anything the
@@ -22,16 +22,16 @@ use kube::Resource;
 /// Which copy of an object is the newest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Choice {
-    /// The cache's copy (it has caught up with the agent's last write, or there was none).
+    /// The cache's copy (it has caught up with the controller's last write, or there was none).
     Cached,
-    /// The copy the agent's last write returned.
+    /// The copy the controller's last write returned.
     Written,
     /// Cannot tell: read it from the API server.
     Unknown,
 }
 
 /// Chooses between the cache's copy (its resourceVersion, `None` when the cache does not hold
-/// the object) and the agent's last write (its resourceVersion, `None` when there was none).
+/// the object) and the controller's last write (its resourceVersion, `None` when there was none).
 pub fn choose(cached: Option<Option<&str>>, written: Option<Option<&str>>) -> Choice {
     let version = |v: Option<&str>| v.and_then(|v| v.parse::<u64>().ok());
     match (cached, written) {
@@ -52,13 +52,13 @@ pub fn choose(cached: Option<Option<&str>>, written: Option<Option<&str>>) -> Ch
 pub enum Newest<K> {
     /// This copy.
     Object(Arc<K>),
-    /// The cache does not hold it, and the agent did not write it since it started.
+    /// The cache does not hold it, and the controller did not write it since it started.
     Absent,
     /// Read it from the API server.
     Unknown,
 }
 
-/// The objects the agent's last writes returned, by name, until the cache catches up.
+/// The objects a controller's last writes returned, by name, until the cache catches up.
 #[derive(Debug)]
 pub struct LastWritten<K> {
     objects: Mutex<HashMap<String, Arc<K>>>,
@@ -99,7 +99,7 @@ impl<K: Resource> LastWritten<K> {
         self.len() == 0
     }
 
-    /// The newest of `cached` (the cache's copy of `key`) and the agent's last write of it.
+    /// The newest of `cached` (the cache's copy of `key`) and the controller's last write of it.
     /// Once the cache has caught up, the write is forgotten.
     pub fn newest(&self, key: &str, cached: Option<Arc<K>>) -> Newest<K> {
         let mut objects = self.lock();
