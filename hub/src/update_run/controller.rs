@@ -1,6 +1,6 @@
 //! The UpdateRun controller. Each reconcile reads top to bottom: observe (the run, its caches,
 //! and before initialization its strategy, placement and snapshot) → plan (the pure planner) →
-//! act (the plan's writes) → report (the status, events and metrics). Triggered by changes of
+//! report (the status, events and metrics) → act (the plan's writes). Triggered by changes of
 //! runs, Works, Bindings and ApprovalRequests (watches, not polling); requeued only for timers.
 
 use std::collections::BTreeMap;
@@ -363,8 +363,13 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
         observed.metric_results = query(&ctx, &plan.queries).await;
         plan = plan::plan(&observed);
     }
+    // The status first: a member's report is recorded without waiting for the plan's writes
+    // (at 1,000 clusters, a stage's next Bindings took 0.2–1.5 s). A crash or a failed write
+    // after it loses some of the actions, never the record: the next plan repeats what is
+    // missing (a started cluster's Binding, an ApprovalRequest, its acceptance, an unbind).
+    let requeue = report(&ctx, &run, &plan).await?;
     act(&ctx, &run, &plan.actions).await?;
-    report(&ctx, &run, &plan).await
+    Ok(requeue)
 }
 
 /// Whether `status` refuses the run at initialization over its clusters' labels or existence,

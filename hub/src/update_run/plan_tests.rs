@@ -918,11 +918,33 @@ fn empty_stages_still_honour_their_gates_and_the_deletion_stage_removes_unselect
     assert!(is_true(&deletion.clusters[0].conditions, SUCCEEDED));
 }
 
+/// How a crash (or a failed write) between a plan's status and its actions loses writes.
+#[derive(Clone, Copy)]
+enum Loss {
+    /// Actions first, then the status (the order before session 12): the status is lost.
+    StatusAfterActions,
+    /// The status first, then the actions (the controller's order): the status write is lost
+    /// (and nothing is done), or any of the actions after it are.
+    ActionsAfterStatus,
+}
+
 /// Restart safety: the hub may die after performing a plan's actions but before writing its
 /// status, any number of times. The run must still update every cluster once, in order, and
 /// never pass a gate early.
 #[test]
 fn lost_status_writes_never_reorder_clusters_or_skip_gates() {
+    survives(Loss::StatusAfterActions);
+}
+
+/// Restart safety in the controller's order: the hub may die after writing a plan's status and
+/// before performing some or all of its actions (or a Binding write may fail), any number of
+/// times; the next plan repairs what is missing. Same guarantees.
+#[test]
+fn lost_actions_after_a_recorded_status_never_reorder_clusters_or_skip_gates() {
+    survives(Loss::ActionsAfterStatus);
+}
+
+fn survives(loss: Loss) {
     for seed in 0..200u64 {
         let mut rng = seed
             .wrapping_mul(6364136223846793005)
@@ -936,28 +958,51 @@ fn lost_status_writes_never_reorder_clusters_or_skip_gates() {
         let mut w = World::new();
         let mut first_binds: Vec<String> = Vec::new();
         let mut approved_at: BTreeMap<String, Timestamp> = BTreeMap::new();
+        let mut ever_bound = std::collections::BTreeSet::new();
         for step in 0..400 {
             let p = plan(&w.observed());
-            w.perform(&p.actions);
-            for c in binds(&p) {
+            let crashed = next() % 3 == 0;
+            let performed: Vec<Action> = match loss {
+                Loss::StatusAfterActions => p.actions.clone(),
+                Loss::ActionsAfterStatus if crashed => Vec::new(),
+                Loss::ActionsAfterStatus => p
+                    .actions
+                    .iter()
+                    .filter(|_| next() % 2 == 0)
+                    .cloned()
+                    .collect(),
+            };
+            w.perform(&performed);
+            // The order clusters start in: as recorded with the status (clusters started
+            // together are bound together, in any order), or as bound when that comes first.
+            let started = match loss {
+                Loss::StatusAfterActions => binds(&p),
+                Loss::ActionsAfterStatus if crashed => Vec::new(),
+                Loss::ActionsAfterStatus => binds(&p),
+            };
+            for c in started {
                 if !first_binds.iter().any(|f| f == c) {
                     first_binds.push(c.to_string());
                 }
             }
-            // No cluster of a later stage starts before the earlier stage's gates passed.
-            if first_binds.iter().any(|c| c == "canary-a") {
+            for a in &performed {
+                if let Action::Bind { cluster, .. } = a {
+                    ever_bound.insert(cluster.clone());
+                }
+            }
+            // No cluster of a later stage is bound before the earlier stage's gates passed.
+            if ever_bound.contains("canary-a") {
                 assert!(
                     w.now >= t(60),
                     "seed {seed}: canary started before staging's wait ended"
                 );
             }
-            if first_binds.iter().any(|c| c.starts_with("prod")) {
+            if ever_bound.iter().any(|c| c.starts_with("prod")) {
                 assert!(
                     approved_at.contains_key("rollout-canary"),
                     "seed {seed}: production before approval"
                 );
             }
-            let crashed = next() % 3 == 0;
             if !crashed {
                 w.run.status = Some(p.status.clone());
             }
