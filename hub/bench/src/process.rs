@@ -74,6 +74,16 @@ pub fn fleet_pid(fleet_dir: &Path, name: &str) -> Option<u32> {
         .ok()
 }
 
+/// The folder of the binary that fleet component `name` runs (from `/proc/<pid>/exe`): a
+/// restart starts the same build.
+pub fn fleet_bins(fleet_dir: &Path, name: &str) -> Option<PathBuf> {
+    let pid = fleet_pid(fleet_dir, name)?;
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    // A binary rebuilt since the process started reads "<path> (deleted)".
+    let exe = exe.to_str()?.trim_end_matches(" (deleted)");
+    Path::new(exe).parent().map(Path::to_path_buf)
+}
+
 /// What a process used over a measured interval.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Usage {

@@ -248,10 +248,16 @@ impl Bench {
             }
             let done_before = self.timeline.done_count(run);
             let fleet = self.fleet;
+            // The same build again (a release hub, say, rather than the script's debug default).
+            let bins = crate::process::fleet_bins(fleet.dir(), "hub");
             let killed = Instant::now();
             tokio::task::spawn_blocking(move || fleet.kill("hub")).await??;
             let restarting = Instant::now();
-            tokio::task::spawn_blocking(move || fleet.start_fleethub()).await??;
+            tokio::task::spawn_blocking(move || match bins {
+                Some(bins) => fleet.start_fleethub_from(&bins),
+                None => fleet.start_fleethub(),
+            })
+            .await??;
             let ready = Instant::now();
             let progress = self
                 .timeline

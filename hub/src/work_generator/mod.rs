@@ -162,13 +162,7 @@ pub async fn run(
                 works_writer,
                 slim_work,
             ),
-            |w: Work| {
-                w.owner_references()
-                    .iter()
-                    .filter(|o| o.kind == Binding::kind(&()) && o.controller == Some(true))
-                    .map(|o| ObjectRef::<Binding>::new(&o.name))
-                    .collect::<Vec<_>>()
-            },
+            |w: Work| binding_of(&w),
         )
         // A placement's applyStrategy reaches its Works without a new snapshot or run.
         .watches_stream(
@@ -227,6 +221,14 @@ pub async fn run(
 fn error_policy(binding: Arc<Binding>, error: &Error, _ctx: Arc<Context>) -> Requeue {
     tracing::warn!(binding = %binding.name_any(), error = %error, "reconciling Binding failed; retrying");
     Requeue::requeue(Duration::from_secs(5))
+}
+
+/// The Binding that owns `work`, named as the (cluster-scoped) Binding is.
+fn binding_of(work: &Work) -> Option<ObjectRef<Binding>> {
+    work.owner_references()
+        .iter()
+        .find(|o| o.kind == Binding::kind(&()) && o.controller == Some(true))
+        .map(|o| ObjectRef::new(&o.name))
 }
 
 impl Context {

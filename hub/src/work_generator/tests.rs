@@ -377,3 +377,17 @@ fn the_binding_lists_what_differs_on_the_member_and_its_last_correction() {
     let drifted = find(&unreported.conditions, DRIFTED).unwrap();
     assert_eq!(drifted.reason, reason::NOT_REPORTED);
 }
+
+#[test]
+fn a_work_triggers_its_binding_by_the_bindings_own_key() {
+    let b = binding(BindingState::Bound, Some(1));
+    let work = desired_work(&b, 1, Vec::new(), None);
+    assert!(work.metadata.namespace.is_some());
+    let key = binding_of(&work).expect("the Work names its Binding");
+    // The same key as the Binding's own watch gives: no namespace.
+    assert_eq!(key, ObjectRef::from_obj(&b));
+    assert_eq!(key.namespace, None);
+    let mut orphan = work.clone();
+    orphan.metadata.owner_references = None;
+    assert_eq!(binding_of(&orphan), None);
+}

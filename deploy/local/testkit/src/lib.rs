@@ -237,9 +237,14 @@ impl Fleet {
 
 impl Fleet {
     pub(crate) fn script(&self, args: &[&str]) -> Result<(), Error> {
+        self.script_with(args, &[])
+    }
+
+    fn script_with(&self, args: &[&str], env: &[(&str, &Path)]) -> Result<(), Error> {
         let out = Command::new(fleet_script())
             .args(args)
             .env("FLEET_DIR", &self.dir)
+            .envs(env.iter().copied())
             .output()
             .map_err(|e| Error::Fleet(format!("cannot run deploy/local/fleet: {e}")))?;
         if out.status.success() {
@@ -265,6 +270,12 @@ impl Fleet {
     /// Starts the fleethub parts (hub, agents) that are not running, and waits until ready.
     pub fn start_fleethub(&self) -> Result<(), Error> {
         self.script(&["start-fleethub"])
+    }
+
+    /// Like [`Fleet::start_fleethub`], with the binaries in `bins` (the script's `FLEET_BINS`;
+    /// without it, the debug build).
+    pub fn start_fleethub_from(&self, bins: &Path) -> Result<(), Error> {
+        self.script_with(&["start-fleethub"], &[("FLEET_BINS", bins)])
     }
 }
 
