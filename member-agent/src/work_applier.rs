@@ -45,7 +45,7 @@ use tracing::Instrument;
 use crate::availability;
 use crate::clock::Clock;
 use crate::kind_resolver::KindResolver;
-use crate::last_written::{LastWritten, Newest};
+use crate::last_written::LastWritten;
 use crate::member_objects::MemberObjects;
 use crate::metrics::{Metrics, request};
 use crate::status_writes::StatusWrites;
@@ -407,21 +407,15 @@ async fn current_work(work: Arc<Work>, ctx: &Context) -> Result<Option<Arc<Work>
         Some(store) => store.get(&ObjectRef::from_obj(work.as_ref())),
         None => Some(work),
     };
-    match ctx.written_works.newest(&name, cached) {
-        Newest::Object(w) => Ok(Some(w)),
-        Newest::Absent => Ok(None),
-        Newest::Unknown => {
+    ctx.written_works
+        .newest_or_read(&name, cached, || async {
             ctx.metrics.work_request(request::READ_WORK);
-            let read = Api::<Work>::namespaced(ctx.hub.clone(), &ctx.namespace)
+            Api::<Work>::namespaced(ctx.hub.clone(), &ctx.namespace)
                 .get_opt(&name)
                 .await
-                .map_err(Error::hub(format!("reading Work {}/{name}", ctx.namespace)))?;
-            Ok(read.map(|w| {
-                ctx.written_works.record(&name, w.clone());
-                Arc::new(w)
-            }))
-        }
-    }
+                .map_err(Error::hub(format!("reading Work {}/{name}", ctx.namespace)))
+        })
+        .await
 }
 
 /// How soon a Work whose workloads wait for their pods is looked at again (see

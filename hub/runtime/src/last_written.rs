@@ -129,6 +129,37 @@ impl<K: Resource> LastWritten<K> {
         }
     }
 
+    /// The newest copy of `key` ([`LastWritten::newest`]), or, when neither copy can be trusted,
+    /// what `read` returns from the API server, kept as the newest copy. `None`: it is gone.
+    pub async fn newest_or_read<E, F>(
+        &self,
+        key: &str,
+        cached: Option<Arc<K>>,
+        read: impl FnOnce() -> F,
+    ) -> Result<Option<Arc<K>>, E>
+    where
+        F: std::future::Future<Output = Result<Option<K>, E>>,
+    {
+        match self.newest(key, cached) {
+            Newest::Object(o) => Ok(Some(o)),
+            Newest::Absent => Ok(None),
+            Newest::Unknown => {
+                let read = read().await?;
+                match read {
+                    Some(o) => {
+                        let o = Arc::new(o);
+                        self.lock().insert(key.to_string(), o.clone());
+                        Ok(Some(o))
+                    }
+                    None => {
+                        self.forget(key);
+                        Ok(None)
+                    }
+                }
+            }
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<K>>> {
         self.objects.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -216,6 +247,28 @@ mod tests {
         written.record("d", cm("9", "mine"));
         written.retain(|k, _| k == "d");
         assert_eq!(written.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn what_neither_copy_can_say_is_read_and_kept_until_the_cache_catches_up() {
+        let written = LastWritten::default();
+        written.record("c", cm("7", "mine"));
+        let read = || async { Ok::<_, ()>(Some(cm("8", "read"))) };
+        // Not in the cache: read, and kept.
+        let got = written.newest_or_read("c", None, read).await.unwrap();
+        assert_eq!(got.unwrap().data.as_ref().unwrap()["v"], "read");
+        let again = written
+            .newest_or_read("c", Some(Arc::new(cm("3", "old"))), || async {
+                Err::<Option<ConfigMap>, ()>(())
+            })
+            .await;
+        assert_eq!(again.unwrap().unwrap().data.as_ref().unwrap()["v"], "read");
+        // Gone on the API server: forgotten.
+        let gone = written
+            .newest_or_read("c", None, || async { Ok::<_, ()>(None) })
+            .await;
+        assert_eq!(gone, Ok(None));
+        assert!(written.is_empty());
     }
 
     #[test]

@@ -46,7 +46,7 @@ use crate::clock::Clock;
 use crate::error::{EXISTS, GONE, ok_if};
 use crate::metrics::{Metrics, RunState, RunStateLabels};
 use fleethub_runtime::CACHE_WAIT;
-use fleethub_runtime::last_written::{LastWritten, Newest};
+use fleethub_runtime::last_written::LastWritten;
 use fleethub_runtime::prometheus::{Auth, Prometheus};
 use fleethub_runtime::retry::{ERROR_BACKOFF, FailureBackoff};
 
@@ -93,13 +93,11 @@ impl Context {
     /// again when neither can be trusted.
     async fn freshest(&self, cached: Arc<UpdateRun>) -> Result<Option<Arc<UpdateRun>>, Error> {
         let name = cached.name_any();
-        match self.written.newest(&name, Some(cached)) {
-            Newest::Object(run) => return Ok(Some(run)),
-            Newest::Absent => return Ok(None),
-            Newest::Unknown => self.written.forget(&name),
-        }
         let runs: Api<UpdateRun> = Api::all(self.client.clone());
-        Ok(runs.get_opt(&name).await?.map(Arc::new))
+        self.written
+            .newest_or_read(&name, Some(cached), || runs.get_opt(&name))
+            .await
+            .map_err(Error::from)
     }
 
     /// Forgets the writes of runs no longer in the cache (deleted, even mid-rollout).

@@ -975,10 +975,11 @@ fn survives(loss: Loss) {
             w.perform(&performed);
             // The order clusters start in: as recorded with the status (clusters started
             // together are bound together, in any order), or as bound when that comes first.
-            let started = match loss {
-                Loss::StatusAfterActions => binds(&p),
-                Loss::ActionsAfterStatus if crashed => Vec::new(),
-                Loss::ActionsAfterStatus => binds(&p),
+            let lost_with_the_status = matches!(loss, Loss::ActionsAfterStatus) && crashed;
+            let started = if lost_with_the_status {
+                Vec::new()
+            } else {
+                binds(&p)
             };
             for c in started {
                 if !first_binds.iter().any(|f| f == c) {

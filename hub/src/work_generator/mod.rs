@@ -32,7 +32,7 @@ use crate::error::{GONE, ok_if};
 use crate::metrics::Metrics;
 use crate::work_overrides::{self, Chosen, OVERRIDES_ANNOTATION, OverrideStores};
 use fleethub_runtime::CACHE_WAIT;
-use fleethub_runtime::last_written::{LastWritten, Newest};
+use fleethub_runtime::last_written::LastWritten;
 use snapshots::Snapshots;
 
 mod snapshots;
@@ -251,17 +251,11 @@ impl Context {
     /// returned; read again when neither can be trusted. `None`: it is gone.
     async fn newest_binding(&self, cached: Arc<Binding>) -> Result<Option<Arc<Binding>>, Error> {
         let name = cached.name_any();
-        Ok(match self.reported.newest(&name, Some(cached)) {
-            Newest::Object(b) => Some(b),
-            Newest::Absent => None,
-            Newest::Unknown => {
-                self.reported.forget(&name);
-                Api::<Binding>::all(self.client.clone())
-                    .get_opt(&name)
-                    .await?
-                    .map(Arc::new)
-            }
-        })
+        let bindings = Api::<Binding>::all(self.client.clone());
+        self.reported
+            .newest_or_read(&name, Some(cached), || bindings.get_opt(&name))
+            .await
+            .map_err(Error::from)
     }
 }
 
@@ -316,15 +310,22 @@ async fn still_exists(ctx: &Context, binding: &Binding) -> Result<bool, Error> {
 /// filled would look unreported.
 async fn observe(ctx: &Context, binding: &Binding) -> Result<Option<Arc<Work>>, Error> {
     let (namespace, name) = work_ref(binding);
+    let works: Api<Work> = Api::namespaced(ctx.client.clone(), &namespace);
     if fleethub_runtime::ready_within(CACHE_WAIT, || ctx.works.wait_until_ready()).await {
         let cached = ctx.works.get(&ObjectRef::new(&name).within(&namespace));
-        match ctx.applied.newest(&format!("{namespace}/{name}"), cached) {
-            Newest::Object(w) => return Ok(Some(w)),
-            Newest::Absent => return Ok(None),
-            Newest::Unknown => ctx.applied.forget(&format!("{namespace}/{name}")),
-        }
+        // Kept slim, like the cache's copies.
+        let read = || async {
+            let mut read = works.get_opt(&name).await?;
+            if let Some(w) = read.as_mut() {
+                slim_work(w);
+            }
+            Ok::<_, kube::Error>(read)
+        };
+        return Ok(ctx
+            .applied
+            .newest_or_read(&format!("{namespace}/{name}"), cached, read)
+            .await?);
     }
-    let works: Api<Work> = Api::namespaced(ctx.client.clone(), &namespace);
     Ok(works.get_opt(&name).await?.map(Arc::new))
 }
 
