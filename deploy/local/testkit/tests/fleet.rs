@@ -3,9 +3,10 @@
 //! and collects garbage. And the [`Cleanup`] guard really removes what a test made, also when
 //! the test panics.
 
+use std::process::Command;
 use std::time::Duration;
 
-use fleethub_testkit::{Cleanup, Fleet, unique_name, wait_deleted, wait_for};
+use fleethub_testkit::{Cleanup, Fleet, poll_until, unique_name, wait_deleted, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use kube::api::{ListParams, PostParams};
@@ -59,6 +60,48 @@ fn condition(d: &Deployment, type_: &str) -> Option<(String, String)> {
         .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
 }
 
+/// Creates Deployment `name` with `replicas` pods through `api` and waits until it is Available
+/// with every replica.
+async fn deployment_becomes_available(
+    api: &Api<Deployment>,
+    name: &str,
+    replicas: i32,
+) -> Deployment {
+    api.create(
+        &PostParams::default(),
+        &deployment(name, replicas, json!({})),
+    )
+    .await
+    .unwrap();
+    wait_for(
+        api,
+        name,
+        &format!("deployment {name} to be Available"),
+        TIMEOUT,
+        |d: Option<&Deployment>| {
+            d.is_some_and(|d| {
+                condition(d, "Available").is_some_and(|(s, _)| s == "True")
+                    && d.status.as_ref().and_then(|s| s.available_replicas) == Some(replicas)
+            })
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// The pid of the kwok that serves member `i`: the child of the supervisor the fleet started
+/// (`run/member-<i>-kwok.pid`).
+fn kwok_pid(fleet: &Fleet, i: usize) -> Option<String> {
+    let supervisor =
+        std::fs::read_to_string(fleet.dir().join(format!("run/member-{i}-kwok.pid"))).ok()?;
+    let out = Command::new("pgrep")
+        .args(["-P", supervisor.trim()])
+        .output()
+        .ok()?;
+    let children = String::from_utf8(out.stdout).ok()?;
+    children.split_whitespace().next().map(str::to_string)
+}
+
 #[tokio::test]
 async fn every_member_has_ready_kwok_nodes() {
     let fleet = Fleet::get().unwrap();
@@ -95,24 +138,7 @@ async fn a_deployment_on_a_member_becomes_available() {
     )
     .await;
     let api: Api<Deployment> = Api::namespaced(member.clone(), &ns);
-    api.create(&PostParams::default(), &deployment("web", 3, json!({})))
-        .await
-        .unwrap();
-
-    let available = wait_for(
-        &api,
-        "web",
-        "deployment web to be Available",
-        TIMEOUT,
-        |d: Option<&Deployment>| {
-            d.is_some_and(|d| {
-                condition(d, "Available").is_some_and(|(s, _)| s == "True")
-                    && d.status.as_ref().and_then(|s| s.available_replicas) == Some(3)
-            })
-        },
-    )
-    .await
-    .unwrap();
+    let available = deployment_becomes_available(&api, "web", 3).await;
     assert_eq!(available.status.unwrap().ready_replicas, Some(3));
 
     // The pods were really scheduled onto the kwok nodes and marked running by kwok.
@@ -189,6 +215,38 @@ async fn pods_kwok_keeps_unready_keep_a_deployment_unavailable() {
             .unwrap();
         assert_eq!(ready.status, "False");
     }
+    Api::<Namespace>::all(member)
+        .delete(&ns, &Default::default())
+        .await
+        .unwrap();
+}
+
+/// kwok can die as it starts (see `start_kwok` in deploy/local/fleet); the fleet starts it again,
+/// as a service manager restarts a kubelet, so one crash does not leave a member's pods unready
+/// for the rest of a test run.
+#[tokio::test]
+async fn a_member_kwok_that_dies_is_started_again_and_runs_pods() {
+    let fleet = Fleet::get().unwrap();
+    let i = fleet.member_count();
+    let killed = kwok_pid(fleet, i).expect("the member's kwok runs under its supervisor");
+    let status = Command::new("kill")
+        .args(["-KILL", &killed])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -KILL {killed}: {status}");
+    let started = poll_until("the member's kwok to be started again", TIMEOUT, || async {
+        kwok_pid(fleet, i).filter(|pid| *pid != killed)
+    })
+    .await
+    .unwrap();
+    assert_ne!(started, killed);
+
+    // The new kwok does kwok's work: new pods run and become ready.
+    let member = fleet.member(i).await.unwrap();
+    let cleanup = Cleanup::new(fleet);
+    let ns = namespace(&member, &cleanup, &format!("member-{i}")).await;
+    let api: Api<Deployment> = Api::namespaced(member.clone(), &ns);
+    deployment_becomes_available(&api, "after-restart", 2).await;
     Api::<Namespace>::all(member)
         .delete(&ns, &Default::default())
         .await
