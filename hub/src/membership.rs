@@ -262,6 +262,7 @@ pub async fn run(
         fleethub_runtime::watcher_config(),
     )
     .backoff(fleethub_runtime::watch_backoff())
+    .modify(fleethub_runtime::strip_managed_fields)
     .reflect(writer)
     .applied_objects()
     .predicate_filter(trigger, Default::default());

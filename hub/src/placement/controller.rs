@@ -58,6 +58,7 @@ pub async fn run(
             fleethub_runtime::watcher_config(),
         )
         .backoff(fleethub_runtime::watch_backoff())
+        .modify(fleethub_runtime::strip_managed_fields)
         .reflect(members_writer)
         .filter_map(triggers::selection_changes()),
     );

@@ -66,6 +66,7 @@ impl Snapshots {
             fleethub_runtime::watcher_config(),
         )
         .backoff(fleethub_runtime::watch_backoff())
+        .modify(fleethub_runtime::strip_managed_fields)
         .reflect(writer)
         .for_each(|_| std::future::ready(()));
         tokio::spawn(async move {
