@@ -398,6 +398,15 @@ async fn report(ctx: &Context, run: &UpdateRun, plan: &Plan) -> Result<Requeue, 
             Ok(w) => ctx.written.record(&name, w),
             Err(e) => {
                 ctx.written.forget(&name);
+                if matches!(&e, kube::Error::Api(s) if s.code == 409) {
+                    // The run was planned on a stale copy. The cache may stay stale for long (a
+                    // watch re-listing from an overloaded API server): the next plan starts from
+                    // the run as it is now, not from the same stale copy, conflict after
+                    // conflict (at 10,000 members, 15 a second, each sending the whole status).
+                    if let Ok(Some(current)) = runs.get_opt(&name).await {
+                        ctx.written.record(&name, current);
+                    }
+                }
                 return Err(e.into());
             }
         }
