@@ -106,16 +106,39 @@ pub async fn set_content(client: &Client, namespace: &str, version: &str) -> any
     Ok(())
 }
 
-/// An `External` placement of `namespace` (and its content) on exactly `clusters`.
+/// The most clusters a `PickFixed` placement names (the Placement CRD's bound).
+const MAX_CLUSTER_NAMES: usize = 1000;
+
+/// An `External` placement of `namespace` (and its content) on exactly `clusters`: named, or,
+/// over [`MAX_CLUSTER_NAMES`], selected by the bench label when they are every bench member.
 pub async fn create_placement(
     client: &Client,
     name: &str,
     namespace: &str,
     clusters: &[String],
 ) -> anyhow::Result<()> {
+    let policy = if clusters.len() <= MAX_CLUSTER_NAMES {
+        json!({"placementType": "PickFixed", "clusterNames": clusters})
+    } else {
+        let members = Api::<MemberCluster>::all(client.clone())
+            .list_metadata(&ListParams::default().labels(&format!("{BENCH_LABEL}=true")))
+            .await?;
+        let mut registered: Vec<String> = members.items.iter().map(|m| m.name_any()).collect();
+        let mut wanted = clusters.to_vec();
+        registered.sort();
+        wanted.sort();
+        anyhow::ensure!(
+            registered == wanted,
+            "placement {name}: {} clusters are more than a placement can name ({MAX_CLUSTER_NAMES}), \
+             and they are not every bench member ({} are registered): run the larger size alone",
+            clusters.len(),
+            registered.len()
+        );
+        json!({"placementType": "PickAll", "clusterSelector": {"matchLabels": {BENCH_LABEL: "true"}}})
+    };
     let obj = json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "Placement", "metadata": meta(name),
         "spec": {"resourceSelectors": [{"group": "", "version": "v1", "kind": "Namespace", "name": namespace}],
-                 "policy": {"placementType": "PickFixed", "clusterNames": clusters},
+                 "policy": policy,
                  "strategy": {"type": "External"}}});
     apply(&Api::<Placement>::all(client.clone()), name, &obj).await?;
     Ok(())
