@@ -62,19 +62,33 @@ pub enum Newest<K> {
 #[derive(Debug)]
 pub struct LastWritten<K> {
     objects: Mutex<HashMap<String, Arc<K>>>,
+    /// Applied to every object kept, as the cache it bridges slims its copies.
+    slim: fn(&mut K),
 }
 
 impl<K> Default for LastWritten<K> {
+    /// Keeps objects whole.
     fn default() -> Self {
         LastWritten {
             objects: Mutex::new(HashMap::new()),
+            slim: |_| {},
         }
     }
 }
 
 impl<K: Resource> LastWritten<K> {
+    /// Keeps objects as `slim` leaves them: what the cache it bridges keeps (a write's answer
+    /// carries the managed fields, and a Work its manifests).
+    pub fn slimmed_by(slim: fn(&mut K)) -> Self {
+        LastWritten {
+            objects: Mutex::new(HashMap::new()),
+            slim,
+        }
+    }
+
     /// Records `object`, as a write of `key` returned it.
-    pub fn record(&self, key: &str, object: K) {
+    pub fn record(&self, key: &str, mut object: K) {
+        (self.slim)(&mut object);
         self.lock().insert(key.to_string(), Arc::new(object));
     }
 
@@ -146,7 +160,8 @@ impl<K: Resource> LastWritten<K> {
             Newest::Unknown => {
                 let read = read().await?;
                 match read {
-                    Some(o) => {
+                    Some(mut o) => {
+                        (self.slim)(&mut o);
                         let o = Arc::new(o);
                         self.lock().insert(key.to_string(), o.clone());
                         Ok(Some(o))
@@ -269,6 +284,30 @@ mod tests {
             .await;
         assert_eq!(gone, Ok(None));
         assert!(written.is_empty());
+    }
+
+    #[tokio::test]
+    async fn what_is_kept_is_slimmed_as_the_cache_slims_it() {
+        let written = LastWritten::slimmed_by(|c: &mut ConfigMap| c.data = None);
+        written.record("c", cm("7", "mine"));
+        let Newest::Object(kept) = written.newest("c", Some(Arc::new(cm("6", "old")))) else {
+            panic!("the write is newer than the cache");
+        };
+        assert_eq!(kept.data, None);
+        // Not in the cache: read, and kept slim too.
+        let read = written
+            .newest_or_read("c", None, || async { Ok::<_, ()>(Some(cm("8", "read"))) })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(read.data, None);
+        // Kept whole by default.
+        let whole = LastWritten::default();
+        whole.record("c", cm("7", "mine"));
+        let Newest::Object(kept) = whole.newest("c", Some(Arc::new(cm("6", "old")))) else {
+            panic!("the write is newer than the cache");
+        };
+        assert_eq!(kept.data.as_ref().unwrap()["v"], "mine");
     }
 
     #[test]

@@ -233,7 +233,7 @@ pub async fn run(
         prometheus,
         secrets,
         errors: FailureBackoff::new(ERROR_BACKOFF),
-        written: Default::default(),
+        written: LastWritten::slimmed_by(fleethub_runtime::strip_managed_fields),
     });
     let after_each = ctx.clone();
 

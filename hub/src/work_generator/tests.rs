@@ -1,4 +1,3 @@
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1;
 use serde_json::json;
 
 use super::*;
@@ -81,6 +80,62 @@ fn a_work_is_up_to_date_only_when_this_controller_alone_wrote_its_spec_at_the_in
         &timeout,
         &None
     ));
+}
+
+#[test]
+fn the_cache_keeps_of_the_managed_fields_only_who_writes_the_spec() {
+    let ours = entry(
+        field_manager::WORK_GENERATOR,
+        "",
+        json!({"f:spec": {"f:resourceSnapshotIndex": {}, "f:workload": {"f:manifests": {}}}}),
+    );
+    let agent_finalizer = entry(
+        field_manager::MEMBER_AGENT,
+        "",
+        json!({"f:metadata": {"f:finalizers": {"v:\"fleethub.dev/applied\"": {}}}}),
+    );
+    let agent_status = entry(
+        field_manager::MEMBER_AGENT,
+        "status",
+        json!({"f:status": {"f:conditions": {"k:{\"type\":\"Applied\"}": {}}}}),
+    );
+    let edit = entry(
+        "kubectl-edit",
+        "",
+        json!({"f:spec": {"f:healthTimeout": {}}}),
+    );
+    let timeout = Some("30s".to_string());
+    for entries in [
+        vec![ours.clone(), agent_finalizer.clone(), agent_status.clone()],
+        vec![ours.clone(), agent_status.clone(), edit.clone()],
+        vec![agent_finalizer.clone(), edit.clone()],
+        vec![agent_status.clone()],
+        vec![],
+    ] {
+        let full = work(3, Some("30s"), entries);
+        let mut cached = full.clone();
+        slim_work(&mut cached);
+        assert_eq!(
+            up_to_date(&cached, 3, &timeout, &None),
+            up_to_date(&full, 3, &timeout, &None),
+            "{:?}",
+            full.metadata.managed_fields
+        );
+        let kept = cached.metadata.managed_fields.unwrap();
+        assert_eq!(
+            kept.len(),
+            full.metadata
+                .managed_fields
+                .unwrap()
+                .iter()
+                .filter(|e| writes_spec(e))
+                .count()
+        );
+        assert!(
+            kept.iter()
+                .all(|e| e.fields_v1 == Some(FieldsV1(json!({"f:spec": {}}))))
+        );
+    }
 }
 
 fn binding(state: BindingState, index: Option<i64>) -> Binding {
