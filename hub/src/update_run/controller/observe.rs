@@ -2,6 +2,8 @@
 //! snapshot, override snapshots), the placement's existence afterwards, the caches, and the
 //! metric checks' outcomes.
 
+use std::collections::HashSet;
+
 use super::*;
 
 /// What a run reads from the API server only until it is initialized (afterwards its status
@@ -117,7 +119,22 @@ pub(super) async fn fresh_cluster_labels(
 pub(super) fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookups) -> Observed<'a> {
     let placement = &run.spec.placement_name;
     let name = run.name_any();
-    let members = ctx.members.state();
+    let bindings: Vec<BindingView> = ctx
+        .bindings
+        .state()
+        .iter()
+        .filter(|b| &b.spec.placement_name == placement && b.metadata.deletion_timestamp.is_none())
+        .map(|b| BindingView::from_binding(b))
+        .collect();
+    // Only the members the run concerns: a reconcile copied every member's labels, and at
+    // 10,000 members with 100 runs reconciling at once those copies held over a GiB.
+    let concerned = concerned_clusters(run, &bindings);
+    let members: Vec<_> = ctx
+        .members
+        .state()
+        .into_iter()
+        .filter(|m| concerned.contains(m.name_any().as_str()))
+        .collect();
     Observed {
         run,
         override_snapshots: lookups.override_snapshots.clone(),
@@ -147,15 +164,7 @@ pub(super) fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookup
                 (healthy.status != TRUE).then(|| (m.name_any(), healthy.message.clone()))
             })
             .collect(),
-        bindings: ctx
-            .bindings
-            .state()
-            .iter()
-            .filter(|b| {
-                &b.spec.placement_name == placement && b.metadata.deletion_timestamp.is_none()
-            })
-            .map(|b| BindingView::from_binding(b))
-            .collect(),
+        bindings,
         works: ctx
             .works
             .state()
@@ -183,6 +192,23 @@ pub(super) fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookup
         metric_results: BTreeMap::new(),
         now: ctx.clock.now(),
     }
+}
+
+/// The clusters `run` concerns: those of its placement's `bindings` (the clusters it starts
+/// with) and those its status names (in its stages, or to remove afterwards). The planner
+/// looks members up only by these names.
+fn concerned_clusters(run: &UpdateRun, bindings: &[BindingView]) -> HashSet<String> {
+    let mut names: HashSet<String> = bindings.iter().map(|b| b.cluster.clone()).collect();
+    if let Some(status) = &run.status {
+        let stages = status
+            .stages_status
+            .iter()
+            .chain(status.deletion_stage_status.as_ref());
+        for stage in stages {
+            names.extend(stage.clusters.iter().map(|c| c.cluster_name.clone()));
+        }
+    }
+    names
 }
 
 /// Makes the metric checks' queries, together.
