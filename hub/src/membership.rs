@@ -250,20 +250,18 @@ pub async fn run(
     metrics: Metrics,
     shutdown: CancellationToken,
 ) {
-    use kube::runtime::{WatchStreamExt, reflector, watcher};
+    use kube::runtime::{WatchStreamExt, reflector};
     // Heartbeats change a MemberCluster every period; a reconcile provisions six objects, so
     // reconciling on each one costs six applies per member per period. Heartbeats of a healthy
     // member are left to the timer that judges staleness (`trigger`); the store still sees them.
     let (reader, writer) = reflector::store();
     metrics.count_members_in(reader.clone());
     let recorded = provisioning_record::recorded(&client, names::CLUSTER_LABEL).await;
-    let stream = watcher(
+    let stream = fleethub_runtime::reflected_events(
         Api::<MemberCluster>::all(client.clone()),
         fleethub_runtime::watcher_config(),
+        writer,
     )
-    .backoff(fleethub_runtime::watch_backoff())
-    .modify(fleethub_runtime::strip_managed_fields)
-    .reflect(writer)
     .applied_objects()
     .predicate_filter(trigger, Default::default());
     kube::runtime::Controller::for_stream(stream, reader)

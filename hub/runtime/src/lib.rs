@@ -164,8 +164,9 @@ where
 }
 
 /// `api`'s watch events with `config` and [`watch_backoff`], each applied to `writer`'s store
-/// (without its managed fields, [`strip_managed_fields`]) before it is passed on.
-fn reflected_events<K: Watched>(
+/// (without its managed fields, [`strip_managed_fields`]) before it is passed on: every cache of
+/// the hub's is filled this way.
+pub fn reflected_events<K: Watched>(
     api: kube::Api<K>,
     config: kube::runtime::watcher::Config,
     writer: kube::runtime::reflector::store::Writer<K>,

@@ -13,8 +13,8 @@ use futures::{StreamExt, stream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
+use kube::runtime::reflector;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
@@ -53,13 +53,11 @@ pub async fn run(
     let binding_stream =
         fleethub_runtime::reflected_stream(Api::<Binding>::all(client.clone()), bindings_writer);
     let member_stream = fleethub_runtime::touched_after_sync(
-        watcher(
+        fleethub_runtime::reflected_events(
             Api::<MemberCluster>::all(client.clone()),
             fleethub_runtime::watcher_config(),
+            members_writer,
         )
-        .backoff(fleethub_runtime::watch_backoff())
-        .modify(fleethub_runtime::strip_managed_fields)
-        .reflect(members_writer)
         .filter_map(triggers::selection_changes()),
     );
 

@@ -15,7 +15,6 @@ use futures::StreamExt;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
@@ -61,13 +60,11 @@ impl Snapshots {
     /// A cache fed by a metadata watch of ResourceSnapshots that runs until `shutdown`.
     pub fn start(client: Client, shutdown: CancellationToken) -> Arc<Snapshots> {
         let (meta, writer) = reflector::store();
-        let watch = watcher(
+        let watch = fleethub_runtime::reflected_events(
             Api::<PartialObjectMeta<ResourceSnapshot>>::all(client.clone()),
             fleethub_runtime::watcher_config(),
+            writer,
         )
-        .backoff(fleethub_runtime::watch_backoff())
-        .modify(fleethub_runtime::strip_managed_fields)
-        .reflect(writer)
         .for_each(|_| std::future::ready(()));
         tokio::spawn(async move {
             tokio::select! {

@@ -126,14 +126,12 @@ pub(super) fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookup
         .filter(|b| &b.spec.placement_name == placement && b.metadata.deletion_timestamp.is_none())
         .map(|b| BindingView::from_binding(b))
         .collect();
-    // Only the members the run concerns: a reconcile copied every member's labels, and at
-    // 10,000 members with 100 runs reconciling at once those copies held over a GiB.
-    let concerned = concerned_clusters(run, &bindings);
-    let members: Vec<_> = ctx
-        .members
-        .state()
+    // Only the members the run concerns, looked up by name: a reconcile copied every member's
+    // labels, and at 10,000 members with 100 runs reconciling at once those copies held over a
+    // GiB.
+    let members: Vec<_> = concerned_clusters(run, &bindings)
         .into_iter()
-        .filter(|m| concerned.contains(m.name_any().as_str()))
+        .filter_map(|c| ctx.members.get(&ObjectRef::new(c)))
         .collect();
     Observed {
         run,
@@ -197,15 +195,15 @@ pub(super) fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookup
 /// The clusters `run` concerns: those of its placement's `bindings` (the clusters it starts
 /// with) and those its status names (in its stages, or to remove afterwards). The planner
 /// looks members up only by these names.
-fn concerned_clusters(run: &UpdateRun, bindings: &[BindingView]) -> HashSet<String> {
-    let mut names: HashSet<String> = bindings.iter().map(|b| b.cluster.clone()).collect();
+fn concerned_clusters<'a>(run: &'a UpdateRun, bindings: &'a [BindingView]) -> HashSet<&'a str> {
+    let mut names: HashSet<&str> = bindings.iter().map(|b| b.cluster.as_str()).collect();
     if let Some(status) = &run.status {
         let stages = status
             .stages_status
             .iter()
             .chain(status.deletion_stage_status.as_ref());
         for stage in stages {
-            names.extend(stage.clusters.iter().map(|c| c.cluster_name.clone()));
+            names.extend(stage.clusters.iter().map(|c| c.cluster_name.as_str()));
         }
     }
     names
