@@ -141,13 +141,16 @@ pub fn prune_plan(
 }
 
 /// Adds the agent's finalizer to `work` unless it is there.
-pub async fn ensure_finalizer(work: &Work, ctx: &Context) -> Result<(), Error> {
+/// Returns the Work as it is now (patched, or as given when it had the finalizer): the version
+/// later writes of this reconcile are conditional on.
+pub async fn ensure_finalizer(work: Arc<Work>, ctx: &Context) -> Result<Arc<Work>, Error> {
     if work.finalizers().iter().any(|f| f == CLEANUP_FINALIZER) {
-        return Ok(());
+        return Ok(work);
     }
     let mut finalizers = work.finalizers().to_vec();
     finalizers.push(CLEANUP_FINALIZER.to_string());
-    patch_finalizers(work, finalizers, ctx, "adding").await
+    let patched = patch_finalizers(&work, finalizers, ctx, "adding").await?;
+    Ok(Arc::new(patched))
 }
 
 async fn patch_finalizers(
@@ -155,7 +158,7 @@ async fn patch_finalizers(
     finalizers: Vec<String>,
     ctx: &Context,
     doing: &str,
-) -> Result<(), Error> {
+) -> Result<Work, Error> {
     let api: Api<Work> = Api::namespaced(ctx.hub.clone(), &ctx.namespace);
     // The resourceVersion makes this a compare-and-swap: never drop another controller's finalizer.
     let patch = json!({"metadata": {
@@ -175,12 +178,12 @@ async fn patch_finalizers(
             work.name_any()
         )))?;
     if patched.finalizers().iter().any(|f| f == CLEANUP_FINALIZER) {
-        ctx.written_works.record(&work.name_any(), patched);
+        ctx.written_works.record(&work.name_any(), patched.clone());
     } else {
         // The Work may be gone with its last finalizer; the cache tells when it is not.
         ctx.written_works.forget(&work.name_any());
     }
-    Ok(())
+    Ok(patched)
 }
 
 /// Whether AppliedWork `aw` is as the agent applies it for Work `work_name` of hub namespace

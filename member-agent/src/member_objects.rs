@@ -25,7 +25,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, reflector::store::Writer};
 use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::kind_resolver::ResolvedKind;
@@ -46,11 +46,51 @@ pub struct MemberObjects {
     client: Client,
     kinds: Mutex<HashMap<(String, String, String), KindCache>>,
     changes: mpsc::UnboundedSender<ObjectRef<Work>>,
+    /// The same changes, for a reconcile that waits on its own write ([`Self::subscribe`]).
+    updates: broadcast::Sender<ObjectRef<Work>>,
     /// Maps a member object to its Work.
     work_of: WorkOf,
     /// What the agent's applies returned, until the caches have it.
     written: LastWritten<DynamicObject>,
     shutdown: CancellationToken,
+}
+
+/// How many changes a [`WorkChanges`] may fall behind by before it only knows that it missed
+/// some (and takes that as a change of its Work).
+const UPDATES_CAPACITY: usize = 1024;
+
+/// The changes of one Work's member objects since [`MemberObjects::subscribe`].
+pub struct WorkChanges {
+    updates: broadcast::Receiver<ObjectRef<Work>>,
+    work: ObjectRef<Work>,
+}
+
+impl WorkChanges {
+    /// Whether one of the Work's objects changed since the last call (or since subscribing).
+    /// Missed changes (the receiver fell behind) count as a change.
+    pub fn changed(&mut self) -> bool {
+        let mut changed = false;
+        loop {
+            match self.updates.try_recv() {
+                Ok(work) => changed |= work == self.work,
+                Err(broadcast::error::TryRecvError::Lagged(_)) => changed = true,
+                Err(_) => return changed,
+            }
+        }
+    }
+
+    /// Waits for the next change of one of the Work's objects (missed changes count); never
+    /// returns once the watches have stopped.
+    pub async fn next(&mut self) {
+        loop {
+            match self.updates.recv().await {
+                Ok(work) if work == self.work => return,
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => return,
+                Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+            }
+        }
+    }
 }
 
 /// What the cache knows of one object.
@@ -78,6 +118,7 @@ impl MemberObjects {
             client,
             kinds: Mutex::new(HashMap::new()),
             changes,
+            updates: broadcast::channel(UPDATES_CAPACITY).0,
             work_of: Arc::new(work_of),
             written: LastWritten::default(),
             shutdown,
@@ -114,6 +155,7 @@ impl MemberObjects {
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &kind.resource);
         let config = fleethub_runtime::watcher_config().labels(PLACEMENT_LABEL);
         let changes = self.changes.clone();
+        let updates = self.updates.clone();
         let work_of = self.work_of.clone();
         let shutdown = self.shutdown.clone();
         let plural = kind.resource.plural.clone();
@@ -131,6 +173,8 @@ impl MemberObjects {
                     Some(Ok(Event::InitDone)) => synced.store(true, Ordering::Release),
                     Some(Ok(Event::Apply(o) | Event::Delete(o))) => {
                         if let Some(work) = work_of(&o) {
+                            // No receiver (no reconcile waiting on a write) is not an error.
+                            let _ = updates.send(work.clone());
                             let _ = changes.send(work);
                         }
                     }
@@ -141,6 +185,15 @@ impl MemberObjects {
                 }
             }
         });
+    }
+
+    /// From now on, every change of a fleet-managed object, as its Work: what a reconcile
+    /// waits on beside its status write ([`WorkChanges`]).
+    pub fn subscribe(&self, work: ObjectRef<Work>) -> WorkChanges {
+        WorkChanges {
+            updates: self.updates.subscribe(),
+            work,
+        }
     }
 
     /// The key of `namespace/name` of `kind` among the agent's writes.

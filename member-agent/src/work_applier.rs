@@ -24,21 +24,20 @@ use std::time::Duration;
 use fleethub_crds::Work;
 use fleethub_crds::applied_work::{AppliedWork, WORK_ANNOTATION, WORK_NAMESPACE_LABEL};
 use fleethub_crds::apply_strategy::ApplyStrategy;
-use fleethub_crds::field_manager::MEMBER_AGENT;
 use fleethub_crds::names::PLACEMENT_LABEL;
-use fleethub_crds::work::DEFAULT_HEALTH_TIMEOUT;
+use fleethub_crds::work::{DEFAULT_HEALTH_TIMEOUT, WorkStatus};
 use fleethub_runtime::Health;
 use fleethub_runtime::retry::{Backoff, ERROR_BACKOFF, FailureBackoff};
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::ListParams;
 use kube::runtime::controller::{self, Action};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Client, Resource, ResourceExt};
-use serde_json::{Value, json};
+use kube::{Api, Client, ResourceExt};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -46,9 +45,9 @@ use crate::availability;
 use crate::clock::Clock;
 use crate::kind_resolver::KindResolver;
 use crate::last_written::LastWritten;
-use crate::member_objects::MemberObjects;
+use crate::member_objects::{Cached, MemberObjects, WorkChanges};
 use crate::metrics::{Metrics, request};
-use crate::status_writes::StatusWrites;
+use crate::status_writes::{self, StatusWrites};
 use crate::work_status::{self, ManifestReport, StatusInput};
 use crate::{Error, apply, cleanup, readiness};
 
@@ -296,6 +295,9 @@ async fn reconcile(work: Arc<Work>, ctx: Arc<Context>) -> Result<Action, Error> 
         // The health clock, drift first-seen times and applied hashes must start from what is
         // really recorded, which the cache may not show yet.
         let started = std::time::Instant::now();
+        // Changes of the Work's member objects from now on: one that changes a workload's
+        // state while this reconcile works is reported by it (see [`status_writes`]).
+        let mut changes = ctx.objects.subscribe(ObjectRef::from_obj(work.as_ref()));
         let Some(work) = current_work(work, &ctx).await? else {
             return Ok(Action::await_change());
         };
@@ -305,7 +307,7 @@ async fn reconcile(work: Arc<Work>, ctx: Arc<Context>) -> Result<Action, Error> 
             ctx.metrics.reconciled(true);
             return Ok(action);
         }
-        cleanup::ensure_finalizer(&work, &ctx).await?;
+        let work = cleanup::ensure_finalizer(work, &ctx).await?;
         let applied_work = cleanup::ensure_applied_work(&work, &ctx).await?;
         if applied_work.metadata.deletion_timestamp.is_some() {
             // Someone deleted it; what it owned is being removed. Apply again once it is gone
@@ -317,44 +319,31 @@ async fn reconcile(work: Arc<Work>, ctx: Arc<Context>) -> Result<Action, Error> 
         let outcomes = apply::apply_manifests(&work, &applied_work, &ctx).await;
         let pruned = cleanup::prune(&applied_work, &outcomes, &ctx).await;
 
-        let mut reports = Vec::with_capacity(outcomes.len());
-        // A workload waiting for its pods: their states are not watched, so they are read
-        // again soon (a pod stuck pulling its image changes nothing the agent watches).
-        let mut pods_pending = false;
-        for o in &outcomes {
-            let readiness = match &o.result {
-                Ok(applied) => {
-                    let readiness = availability::readiness(&applied.object);
-                    if matches!(readiness, availability::Readiness::NotReady(_))
-                        && availability::pod_selector(&applied.object).is_some()
-                    {
-                        pods_pending = true;
-                    }
-                    Ok(with_pod_problems(readiness, &applied.object, &ctx).await)
-                }
-                Err(e) => Err(e.clone()),
-            };
-            reports.push(ManifestReport {
-                refusal: o.refusal,
-                drift: o.drift.clone(),
-                correction: o.correction.clone(),
-                hash: o.hash.clone(),
-                ..ManifestReport::new(o.identifier.clone(), readiness)
-            });
-        }
-        let plan = work_status::plan(&StatusInput {
+        let now = ctx.clock.now();
+        let pods_worth_reading = not_available_since(&work, now)
+            .is_some_and(|since| since >= POD_PROBLEMS_AFTER);
+        let (mut reports, pods_pending) = reports_of(&outcomes, pods_worth_reading, &ctx).await;
+        let plan_of = |reports: &[ManifestReport]| {
+            work_status::plan(&StatusInput {
             previous: work.status.as_ref(),
             generation: work.metadata.generation,
             snapshot_index: work.spec.resource_snapshot_index,
             health_timeout: health_timeout(&work, &key),
-            reports: &reports,
+            reports,
             now: ctx.clock.now(),
             report_only: work
                 .spec
                 .apply_strategy
                 .as_ref()
                 .is_some_and(ApplyStrategy::report_only),
-        });
+            })
+        };
+        // A workload that changed while this reconcile applied (it turned available a moment
+        // after its new version was applied) is reported in this reconcile's write.
+        if changes.changed() {
+            reports = refreshed(&outcomes, &reports, &ctx).await;
+        }
+        let plan = plan_of(&reports);
         // Progress alone (a workload's ready count) is written at most once per interval, so the
         // write that reports it available does not wait behind one that reported progress.
         let held_back = match &work.status {
@@ -364,22 +353,36 @@ async fn reconcile(work: Arc<Work>, ctx: Arc<Context>) -> Result<Action, Error> 
             _ => None,
         };
         let before_write = std::time::Instant::now();
-        let wrote = match held_back {
-            Some(_) => false,
-            None => write_status(&work, &plan.status, &ctx).await?,
+        let written = match held_back {
+            Some(_) => Written::Nothing,
+            None => {
+                let (outcomes, reports, ctx, plan_of, planned) =
+                    (&outcomes, &reports, &ctx, &plan_of, &plan.status);
+                let replan = move || async move {
+                    let newer = plan_of(&refreshed(outcomes, reports, ctx).await).status;
+                    status_writes::changes_state(planned, &newer).then_some(newer)
+                };
+                write_status(&work, &plan.status, &mut changes, replan, ctx).await?
+            }
         };
-        if wrote {
+        if written != Written::Nothing && written != Written::Conflict {
             ctx.status_writes.wrote(&key, ctx.clock.now());
         }
         pruned?;
         tracing::debug!(
             took_ms = started.elapsed().as_millis() as u64,
-            status_write_ms = wrote.then(|| before_write.elapsed().as_millis() as u64),
+            status_write_ms = (written != Written::Nothing)
+                .then(|| before_write.elapsed().as_millis() as u64),
+            status_written = ?written,
             progress_held_back_ms = held_back.map(|d| d.as_millis() as u64),
             "reconciled"
         );
-
         ctx.metrics.reconciled(true);
+        if written == Written::Conflict {
+            // The Work changed since it was read (the hub wrote it): its watch brings the newer
+            // copy, and this reconcile runs again on it.
+            return Ok(Action::requeue(CONFLICT_RETRY));
+        }
         let next = if plan.applied {
             ctx.failures.succeeded(&key);
             let next = plan
@@ -473,47 +476,160 @@ fn health_timeout(work: &Work, key: &str) -> Duration {
     }
 }
 
-/// Writes `status` on `work` unless it already has it; whether it wrote.
-async fn write_status(
+/// What a reconcile's status write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Written {
+    /// Nothing: the status is unchanged, or only progress changed and is held back.
+    Nothing,
+    /// The planned status.
+    Planned,
+    /// The planned status, and a newer one beside it (a workload changed state meanwhile).
+    Overtaken,
+    /// Nothing: the Work changed since it was read, and the write was refused.
+    Conflict,
+}
+
+/// How soon a reconcile whose status write was refused (the Work changed since it was read)
+/// runs again if the Work's watch has not brought the change by then.
+const CONFLICT_RETRY: Duration = Duration::from_millis(250);
+
+/// Writes `status` on `work` unless it already has it, conditional on the version it was
+/// planned from; a newer state planned by `replan` while it is in flight overtakes it
+/// ([`status_writes::write_overtaken`]).
+async fn write_status<P: Future<Output = Option<WorkStatus>>>(
     work: &Work,
-    status: &fleethub_crds::work::WorkStatus,
+    status: &WorkStatus,
+    changes: &mut WorkChanges,
+    replan: impl FnMut() -> P,
     ctx: &Context,
-) -> Result<bool, Error> {
-    let name = work.name_any();
-    let json_of = |s: &fleethub_crds::work::WorkStatus| {
-        serde_json::to_value(s).map_err(|source| Error::Json {
-            what: format!("status of Work {}/{name}", ctx.namespace),
-            source,
-        })
-    };
-    let unchanged = match &work.status {
-        // Compared as JSON, which is what the API server stores (times in whole seconds).
-        Some(current) => json_of(current)? == json_of(status)?,
-        None => false,
-    };
-    if unchanged {
-        return Ok(false);
+) -> Result<Written, Error> {
+    if status_writes::unchanged(work, status, &ctx.namespace)? {
+        return Ok(Written::Nothing);
     }
-    let body = json!({
-        "apiVersion": Work::api_version(&()),
-        "kind": Work::kind(&()),
-        "metadata": {"name": name, "namespace": ctx.namespace},
-        "status": status,
-    });
-    ctx.metrics.work_request(request::WRITE_WORK_STATUS);
-    let written = Api::<Work>::namespaced(ctx.hub.clone(), &ctx.namespace)
-        .patch_status(
-            &name,
-            &PatchParams::apply(MEMBER_AGENT).force(),
-            &Patch::Apply(&body),
-        )
-        .await
-        .map_err(Error::hub(format!(
+    let name = work.name_any();
+    let failed = || {
+        Error::hub(format!(
             "writing the status of Work {}/{name}",
             ctx.namespace
-        )))?;
-    ctx.written_works.record(&name, written);
-    Ok(true)
+        ))
+    };
+    let writes = status_writes::write_overtaken(
+        status_writes::send(work, status, work.resource_version().as_deref(), ctx),
+        changes,
+        replan,
+        |newer| async move { status_writes::send(work, &newer, None, ctx).await },
+    )
+    .await;
+    let available = |s: &WorkStatus| {
+        fleethub_crds::conditions::find(&s.conditions, "Available")
+            .map(|c| format!("{}/{}", c.status, c.reason))
+    };
+    tracing::debug!(
+        planned = ?available(status),
+        first = ?writes.first.as_ref().map(|w| w.resource_version()).map_err(|e| e.to_string()),
+        second = ?writes.second.as_ref().map(|r| r.as_ref().map(|w| (w.resource_version(), w.status.as_ref().and_then(available))).map_err(|e| e.to_string())),
+        "status writes"
+    );
+    match writes.second {
+        None => match writes.first {
+            Ok(written) => {
+                ctx.written_works.record(&name, written);
+                Ok(Written::Planned)
+            }
+            Err(e) if status_writes::is_conflict(&e) => Ok(Written::Conflict),
+            Err(e) => Err(failed()(e)),
+        },
+        // The second landed last (or the first was refused because it did): it is the newer.
+        Some(second) => {
+            if let Ok(first) = writes.first {
+                ctx.written_works.record(&name, first);
+            }
+            ctx.written_works.record(&name, second.map_err(failed())?);
+            Ok(Written::Overtaken)
+        }
+    }
+}
+
+/// How long the Work has been reported not available for its current generation (`None`:
+/// available, or not for this generation yet).
+fn not_available_since(work: &Work, now: jiff::Timestamp) -> Option<Duration> {
+    let available =
+        fleethub_crds::conditions::find(&work.status.as_ref()?.conditions, "Available")?;
+    if available.status == "True" || available.observed_generation != work.metadata.generation {
+        return None;
+    }
+    Duration::try_from(now.duration_since(available.last_transition_time.0)).ok()
+}
+
+/// How long a Work must have been reported not available before the agent reads its
+/// workloads' pods to say why ([`with_pod_problems`]): a rollout that is merely under way
+/// (most are done within this) costs no pod list per progress event.
+const POD_PROBLEMS_AFTER: Duration = Duration::from_secs(2);
+
+/// Each manifest's report from what its apply found, with the pods' problems of a workload that
+/// is not ready when `pods_worth_reading`; and whether a workload waits for its pods.
+async fn reports_of(
+    outcomes: &[apply::ManifestOutcome],
+    pods_worth_reading: bool,
+    ctx: &Context,
+) -> (Vec<ManifestReport>, bool) {
+    let mut reports = Vec::with_capacity(outcomes.len());
+    // A workload waiting for its pods: their states are not watched, so they are read
+    // again soon (a pod stuck pulling its image changes nothing the agent watches).
+    let mut pods_pending = false;
+    for o in outcomes {
+        let readiness = match &o.result {
+            Ok(applied) => {
+                let readiness = availability::readiness(&applied.object);
+                if matches!(readiness, availability::Readiness::NotReady(_))
+                    && availability::pod_selector(&applied.object).is_some()
+                {
+                    pods_pending = true;
+                }
+                Ok(match pods_worth_reading {
+                    true => with_pod_problems(readiness, &applied.object, ctx).await,
+                    false => readiness,
+                })
+            }
+            Err(e) => Err(e.clone()),
+        };
+        reports.push(ManifestReport {
+            refusal: o.refusal,
+            drift: o.drift.clone(),
+            correction: o.correction.clone(),
+            hash: o.hash.clone(),
+            ..ManifestReport::new(o.identifier.clone(), readiness)
+        });
+    }
+    (reports, pods_pending)
+}
+
+/// `reports` with each applied object's readiness as the member's caches show it now (no API
+/// call). A workload still not ready keeps its report (and the pods' problems in it).
+async fn refreshed(
+    outcomes: &[apply::ManifestOutcome],
+    reports: &[ManifestReport],
+    ctx: &Context,
+) -> Vec<ManifestReport> {
+    let mut fresh = reports.to_vec();
+    for (o, report) in outcomes.iter().zip(fresh.iter_mut()) {
+        let Ok(applied) = &o.result else { continue };
+        let r = &applied.resource;
+        let gvk = kube::api::GroupVersionKind::gvk(&r.group, &r.version, &r.kind);
+        let Ok(Some(kind)) = ctx.kinds.resolve(&gvk).await else {
+            continue;
+        };
+        let Cached::Present(object) = ctx.objects.get(&kind, r.namespace.as_deref(), &r.name)
+        else {
+            continue;
+        };
+        let now = availability::readiness(&object);
+        let was_not_ready = matches!(report.outcome, Ok(availability::Readiness::NotReady(_)));
+        if !(was_not_ready && matches!(now, availability::Readiness::NotReady(_))) {
+            report.outcome = Ok(now);
+        }
+    }
+    fresh
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ use crate::clock::Clock;
 use crate::error::{EXISTS, GONE, ok_if};
 use crate::metrics::Metrics;
 use fleethub_runtime::CACHE_WAIT;
+use fleethub_runtime::last_written::LastWritten;
 
 struct Context {
     client: Client,
@@ -36,6 +37,30 @@ struct Context {
     bindings: Store<Binding>,
     members: Store<MemberCluster>,
     content: Arc<ContentMarks>,
+    /// The placements' cache.
+    placements: Store<Placement>,
+    /// What this controller's status writes returned, until the cache has them: a reconcile
+    /// that follows its own write closely (a Binding changed meanwhile) plans from it, not from
+    /// the copy before it, and does not write the same status twice.
+    written: LastWritten<Placement>,
+}
+
+impl Context {
+    /// The placement to plan on: the newest of the cached one and this controller's own last
+    /// status write of it; read again when neither can be trusted.
+    async fn freshest(&self, cached: Arc<Placement>) -> Result<Option<Arc<Placement>>, Error> {
+        let name = cached.name_any();
+        let placements: Api<Placement> = Api::all(self.client.clone());
+        // Writes of placements deleted since are dropped (the cache forgets them first).
+        if !self.written.is_empty() {
+            self.written
+                .retain(|name, _| self.placements.get(&ObjectRef::new(name)).is_some());
+        }
+        self.written
+            .newest_or_read(&name, Some(cached), || placements.get_opt(&name))
+            .await
+            .map_err(Error::from)
+    }
 }
 
 /// Binding writes of one reconcile made at once.
@@ -72,6 +97,8 @@ pub async fn run(
         bindings,
         members,
         content,
+        placements: placements.clone(),
+        written: LastWritten::slimmed_by(fleethub_runtime::strip_managed_fields),
     });
     controller
         .owns_stream(fleethub_runtime::watch_stream(
@@ -112,8 +139,12 @@ fn error_policy(placement: Arc<Placement>, error: &Error, _ctx: Arc<Context>) ->
 #[tracing::instrument(skip_all, fields(placement = %placement.name_any()))]
 async fn reconcile(placement: Arc<Placement>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     if placement.metadata.deletion_timestamp.is_some() {
+        ctx.written.forget(&placement.name_any());
         return Ok(Requeue::await_change()); // owner references remove snapshots and bindings
     }
+    let Some(placement) = ctx.freshest(placement).await? else {
+        return Ok(Requeue::await_change());
+    };
     if !caches_ready(&ctx).await {
         tracing::info!("caches still listing after {CACHE_WAIT:?}; retrying");
         return Ok(Requeue::requeue(CACHE_WAIT));
@@ -290,7 +321,13 @@ async fn report(
     placement: &Placement,
     status: fleethub_crds::placement::PlacementStatus,
 ) -> Result<(), Error> {
-    if Some(&status) == placement.status.as_ref() {
+    // Compared as JSON, as the API server stores it (times in whole seconds).
+    let stored = |s: &fleethub_crds::placement::PlacementStatus| serde_json::to_value(s).ok();
+    if placement
+        .status
+        .as_ref()
+        .is_some_and(|p| stored(p) == stored(&status))
+    {
         return Ok(());
     }
     let name = placement.name_any();
@@ -299,12 +336,13 @@ async fn report(
         status: Some(status),
         ..Placement::new(&name, placement.spec.clone())
     };
-    Api::<Placement>::all(ctx.client.clone())
+    let written = Api::<Placement>::all(ctx.client.clone())
         .patch_status(
             &name,
             &PatchParams::apply(FIELD_MANAGER).force(),
             &Patch::Apply(&patch),
         )
         .await?;
+    ctx.written.record(&name, written);
     Ok(())
 }

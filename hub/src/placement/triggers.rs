@@ -13,6 +13,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -91,14 +92,26 @@ where
     K: fleethub_runtime::Watched,
 {
     let kind = K::kind(&()).to_string();
+    let mut seen = ContentVersions::default();
     // Metadata only: which object changed is all that matters here.
     watcher(
         Api::<PartialObjectMeta<K>>::all(client.clone()),
         fleethub_runtime::watcher_config(),
     )
     .backoff(fleethub_runtime::watch_backoff())
-    .touched_objects()
-    .filter_map(|r| async move { r.ok() })
+    .filter_map(move |event| {
+        let changed = match event {
+            Ok(watcher::Event::Apply(m) | watcher::Event::InitApply(m)) => {
+                seen.changed(&m.metadata).then_some(m)
+            }
+            Ok(watcher::Event::Delete(m)) => {
+                seen.deleted(&m.metadata);
+                Some(m)
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitDone) | Err(_) => None,
+        };
+        std::future::ready(changed)
+    })
     .flat_map(move |meta| {
         let refs = affected(
             &placements,
@@ -112,6 +125,51 @@ where
         stream::iter(refs)
     })
     .boxed()
+}
+
+/// What of each watched object's metadata says whether its content (what a snapshot holds: no
+/// status) changed. An object with a generation (a Deployment, a StatefulSet) changes its
+/// content only by its spec, which moves its generation, or by its labels, annotations,
+/// finalizers or owners; every other change is its status (a hub Deployment's controller
+/// updates it several times per rollout), and reconciling its placements for it cost a gather
+/// of every selected kind each time. An object without one (a ConfigMap) has no status: every
+/// change counts.
+#[derive(Default)]
+struct ContentVersions(std::collections::HashMap<(Option<String>, String), u64>);
+
+impl ContentVersions {
+    /// Whether `meta` is a change of content since the last one seen of that object.
+    fn changed(&mut self, meta: &ObjectMeta) -> bool {
+        use std::hash::{Hash, Hasher};
+        let key = (
+            meta.namespace.clone(),
+            meta.name.clone().unwrap_or_default(),
+        );
+        let Some(generation) = meta.generation.filter(|g| *g > 0) else {
+            self.0.remove(&key);
+            return true;
+        };
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        meta.uid.hash(&mut h);
+        generation.hash(&mut h);
+        meta.labels.hash(&mut h);
+        meta.annotations.hash(&mut h);
+        meta.finalizers.hash(&mut h);
+        meta.deletion_timestamp.is_some().hash(&mut h);
+        for owner in meta.owner_references.iter().flatten() {
+            owner.uid.hash(&mut h);
+        }
+        let hash = h.finish();
+        self.0.insert(key, hash) != Some(hash)
+    }
+
+    /// Forgets a deleted object.
+    fn deleted(&mut self, meta: &ObjectMeta) {
+        self.0.remove(&(
+            meta.namespace.clone(),
+            meta.name.clone().unwrap_or_default(),
+        ));
+    }
 }
 
 /// A filter of MemberCluster watch events that passes deletions and the changes of what
@@ -154,4 +212,53 @@ fn selection_inputs(member: &MemberCluster) -> Option<u64> {
         .is_some_and(|s| is_true(&s.conditions, JOINED))
         .hash(&mut h);
     Some(h.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn meta(generation: Option<i64>, rv: &str, labels: &[(&str, &str)]) -> ObjectMeta {
+        ObjectMeta {
+            name: Some("web".into()),
+            namespace: Some("app".into()),
+            uid: Some("u1".into()),
+            generation,
+            resource_version: Some(rv.into()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_status_update_is_not_a_content_change() {
+        let mut seen = ContentVersions::default();
+        assert!(seen.changed(&meta(Some(1), "10", &[])), "first sight");
+        // The Deployment controller writes its status: same generation, new version.
+        assert!(!seen.changed(&meta(Some(1), "11", &[])));
+        assert!(!seen.changed(&meta(Some(1), "12", &[])));
+        // A new spec.
+        assert!(seen.changed(&meta(Some(2), "13", &[])));
+        // A label.
+        assert!(seen.changed(&meta(Some(2), "14", &[("team", "a")])));
+        assert!(!seen.changed(&meta(Some(2), "15", &[("team", "a")])));
+        // Deleted and created again: seen as new.
+        seen.deleted(&meta(Some(2), "16", &[("team", "a")]));
+        assert!(seen.changed(&meta(Some(2), "17", &[("team", "a")])));
+    }
+
+    #[test]
+    fn every_change_of_an_object_without_a_generation_counts() {
+        let mut seen = ContentVersions::default();
+        assert!(seen.changed(&meta(None, "10", &[])));
+        assert!(seen.changed(&meta(None, "11", &[])));
+        assert!(seen.changed(&meta(Some(0), "12", &[])));
+        assert!(seen.0.is_empty(), "nothing kept for them");
+    }
 }
