@@ -162,18 +162,12 @@ pub async fn send(
 /// only in progress messages, nor in the times of conditions that changed in both (two plans a
 /// moment apart stamp them a moment apart). Worth writing at once beside it.
 pub fn changes_state(planned: &WorkStatus, newer: &WorkStatus) -> bool {
-    fn without_times(status: &WorkStatus) -> WorkStatus {
-        let mut status = status.clone();
-        let manifest_conditions = status
-            .manifest_conditions
-            .iter_mut()
-            .flat_map(|m| m.conditions.iter_mut());
-        for c in status.conditions.iter_mut().chain(manifest_conditions) {
+    let without_times = |s: &WorkStatus| {
+        crate::work_status::with_each_condition(s, |c| {
             c.last_transition_time =
                 k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH);
-        }
-        status
-    }
+        })
+    };
     let (planned, newer) = (without_times(planned), without_times(newer));
     planned != newer && !crate::work_status::only_messages_differ(&planned, &newer)
 }
@@ -190,6 +184,82 @@ pub fn unchanged(work: &Work, status: &WorkStatus, namespace: &str) -> Result<bo
     match &work.status {
         Some(current) => Ok(json_of(current)? == json_of(status)?),
         None => Ok(false),
+    }
+}
+
+/// What a reconcile's status write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// Nothing: the status is unchanged, or only progress changed and is held back.
+    Nothing,
+    /// The planned status.
+    Planned,
+    /// The planned status, and a newer one beside it (a workload changed state meanwhile).
+    Overtaken,
+    /// Nothing: the Work changed since it was read, and the write was refused.
+    Conflict,
+}
+
+/// How soon a reconcile whose status write was refused (the Work changed since it was read)
+/// runs again if the Work's watch has not brought the change by then.
+pub const CONFLICT_RETRY: Duration = Duration::from_millis(250);
+
+/// Writes `status` on `work` unless it already has it, conditional on the version it was
+/// planned from; a newer state planned by `replan` while it is in flight overtakes it
+/// ([`write_overtaken`]).
+pub async fn write<P: Future<Output = Option<WorkStatus>>>(
+    work: &Work,
+    status: &WorkStatus,
+    changes: &mut WorkChanges,
+    replan: impl FnMut() -> P,
+    ctx: &Context,
+) -> Result<Written, Error> {
+    if unchanged(work, status, &ctx.namespace)? {
+        return Ok(Written::Nothing);
+    }
+    let name = work.name_any();
+    let failed = || {
+        Error::hub(format!(
+            "writing the status of Work {}/{name}",
+            ctx.namespace
+        ))
+    };
+    let writes = write_overtaken(
+        send(work, status, work.resource_version().as_deref(), ctx),
+        changes,
+        replan,
+        |newer| async move { send(work, &newer, None, ctx).await },
+    )
+    .await;
+    if let Some(second) = &writes.second {
+        // What each write came to (the first is refused when the second landed before it).
+        let landed = |r: &Result<Work, kube::Error>| match r {
+            Ok(w) => format!("version {}", w.resource_version().unwrap_or_default()),
+            Err(e) => e.to_string(),
+        };
+        tracing::debug!(
+            first = %landed(&writes.first),
+            second = %landed(second),
+            "a newer state overtook the status write in flight"
+        );
+    }
+    match writes.second {
+        None => match writes.first {
+            Ok(written) => {
+                ctx.written_works.record(&name, written);
+                Ok(Written::Planned)
+            }
+            Err(e) if is_conflict(&e) => Ok(Written::Conflict),
+            Err(e) => Err(failed()(e)),
+        },
+        // The second landed last (or the first was refused because it did): it is the newer.
+        Some(second) => {
+            if let Ok(first) = writes.first {
+                ctx.written_works.record(&name, first);
+            }
+            ctx.written_works.record(&name, second.map_err(failed())?);
+            Ok(Written::Overtaken)
+        }
     }
 }
 

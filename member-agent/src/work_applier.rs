@@ -25,7 +25,7 @@ use fleethub_crds::Work;
 use fleethub_crds::applied_work::{AppliedWork, WORK_ANNOTATION, WORK_NAMESPACE_LABEL};
 use fleethub_crds::apply_strategy::ApplyStrategy;
 use fleethub_crds::names::PLACEMENT_LABEL;
-use fleethub_crds::work::{DEFAULT_HEALTH_TIMEOUT, WorkStatus};
+use fleethub_crds::work::DEFAULT_HEALTH_TIMEOUT;
 use fleethub_runtime::Health;
 use fleethub_runtime::retry::{Backoff, ERROR_BACKOFF, FailureBackoff};
 use futures::{FutureExt, StreamExt};
@@ -45,9 +45,9 @@ use crate::availability;
 use crate::clock::Clock;
 use crate::kind_resolver::KindResolver;
 use crate::last_written::LastWritten;
-use crate::member_objects::{Cached, MemberObjects, WorkChanges};
+use crate::member_objects::{Cached, MemberObjects};
 use crate::metrics::{Metrics, request};
-use crate::status_writes::{self, StatusWrites};
+use crate::status_writes::{self, CONFLICT_RETRY, StatusWrites, Written};
 use crate::work_status::{self, ManifestReport, StatusInput};
 use crate::{Error, apply, cleanup, readiness};
 
@@ -362,7 +362,7 @@ async fn reconcile(work: Arc<Work>, ctx: Arc<Context>) -> Result<Action, Error> 
                     let newer = plan_of(&refreshed(outcomes, reports, ctx).await).status;
                     status_writes::changes_state(planned, &newer).then_some(newer)
                 };
-                write_status(&work, &plan.status, &mut changes, replan, ctx).await?
+                status_writes::write(&work, &plan.status, &mut changes, replan, ctx).await?
             }
         };
         if written != Written::Nothing && written != Written::Conflict {
@@ -473,80 +473,6 @@ fn health_timeout(work: &Work, key: &str) -> Duration {
             tracing::warn!(work = %key, error = %e, "invalid healthTimeout; using the default");
             DEFAULT_HEALTH_TIMEOUT
         }),
-    }
-}
-
-/// What a reconcile's status write did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Written {
-    /// Nothing: the status is unchanged, or only progress changed and is held back.
-    Nothing,
-    /// The planned status.
-    Planned,
-    /// The planned status, and a newer one beside it (a workload changed state meanwhile).
-    Overtaken,
-    /// Nothing: the Work changed since it was read, and the write was refused.
-    Conflict,
-}
-
-/// How soon a reconcile whose status write was refused (the Work changed since it was read)
-/// runs again if the Work's watch has not brought the change by then.
-const CONFLICT_RETRY: Duration = Duration::from_millis(250);
-
-/// Writes `status` on `work` unless it already has it, conditional on the version it was
-/// planned from; a newer state planned by `replan` while it is in flight overtakes it
-/// ([`status_writes::write_overtaken`]).
-async fn write_status<P: Future<Output = Option<WorkStatus>>>(
-    work: &Work,
-    status: &WorkStatus,
-    changes: &mut WorkChanges,
-    replan: impl FnMut() -> P,
-    ctx: &Context,
-) -> Result<Written, Error> {
-    if status_writes::unchanged(work, status, &ctx.namespace)? {
-        return Ok(Written::Nothing);
-    }
-    let name = work.name_any();
-    let failed = || {
-        Error::hub(format!(
-            "writing the status of Work {}/{name}",
-            ctx.namespace
-        ))
-    };
-    let writes = status_writes::write_overtaken(
-        status_writes::send(work, status, work.resource_version().as_deref(), ctx),
-        changes,
-        replan,
-        |newer| async move { status_writes::send(work, &newer, None, ctx).await },
-    )
-    .await;
-    let available = |s: &WorkStatus| {
-        fleethub_crds::conditions::find(&s.conditions, "Available")
-            .map(|c| format!("{}/{}", c.status, c.reason))
-    };
-    tracing::debug!(
-        planned = ?available(status),
-        first = ?writes.first.as_ref().map(|w| w.resource_version()).map_err(|e| e.to_string()),
-        second = ?writes.second.as_ref().map(|r| r.as_ref().map(|w| (w.resource_version(), w.status.as_ref().and_then(available))).map_err(|e| e.to_string())),
-        "status writes"
-    );
-    match writes.second {
-        None => match writes.first {
-            Ok(written) => {
-                ctx.written_works.record(&name, written);
-                Ok(Written::Planned)
-            }
-            Err(e) if status_writes::is_conflict(&e) => Ok(Written::Conflict),
-            Err(e) => Err(failed()(e)),
-        },
-        // The second landed last (or the first was refused because it did): it is the newer.
-        Some(second) => {
-            if let Ok(first) = writes.first {
-                ctx.written_works.record(&name, first);
-            }
-            ctx.written_works.record(&name, second.map_err(failed())?);
-            Ok(Written::Overtaken)
-        }
     }
 }
 

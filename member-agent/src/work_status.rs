@@ -327,18 +327,24 @@ fn manifest_condition(
 /// and of each manifest keeps its status, reason, generation and transition time, and nothing
 /// else (drift, corrections, hashes, the snapshot index) changes.
 pub fn only_messages_differ(previous: &WorkStatus, next: &WorkStatus) -> bool {
-    fn without_messages(s: &WorkStatus) -> WorkStatus {
-        let mut s = s.clone();
-        let manifest_conditions = s
-            .manifest_conditions
-            .iter_mut()
-            .flat_map(|m| m.conditions.iter_mut());
-        for c in s.conditions.iter_mut().chain(manifest_conditions) {
-            c.message.clear();
-        }
-        s
-    }
+    let without_messages = |s: &WorkStatus| with_each_condition(s, |c| c.message.clear());
     previous != next && without_messages(previous) == without_messages(next)
+}
+
+/// A copy of `status` with `change` made to each condition, of the Work and of every manifest.
+pub fn with_each_condition(
+    status: &WorkStatus,
+    mut change: impl FnMut(&mut fleethub_crds::conditions::Condition),
+) -> WorkStatus {
+    let mut status = status.clone();
+    let manifest_conditions = status
+        .manifest_conditions
+        .iter_mut()
+        .flat_map(|m| m.conditions.iter_mut());
+    for c in status.conditions.iter_mut().chain(manifest_conditions) {
+        change(c);
+    }
+    status
 }
 
 #[cfg(test)]
