@@ -129,7 +129,17 @@ async fn start_a_planned_run_then_roll_it_back() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("pass --yes to roll back"), "{err}");
-    let before = runs.list(&ListParams::default()).await.unwrap().items.len();
+    // This placement's runs only: the other test of this file creates and deletes its own.
+    let placement_runs = || async {
+        runs.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|r| r.spec.placement_name == s.placement)
+            .count()
+    };
+    let before = placement_runs().await;
     let (updates, members) = simulate_members(s.hub.clone(), s.placement.clone(), 0);
     let out = plugin_ok(fleet, &["rollback", &name, "--yes"]);
     assert!(
@@ -145,10 +155,7 @@ async fn start_a_planned_run_then_roll_it_back() {
         rollback.starts_with(&format!("{}-0-", s.placement)),
         "{rollback}"
     );
-    assert_eq!(
-        runs.list(&ListParams::default()).await.unwrap().items.len(),
-        before + 1
-    );
+    assert_eq!(placement_runs().await, before + 1);
     let done = wait_for(
         &runs,
         &rollback,

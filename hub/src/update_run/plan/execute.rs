@@ -291,9 +291,18 @@ impl Planner<'_, '_> {
                 // The Work must carry the overrides the run fixed (a run of the index a cluster
                 // already runs changes only its overrides).
                 None => match (binding, self.o.works.get(&name)) {
+                    // Not bound by this run, as far as the Bindings show (its bind is not in the
+                    // cache yet, or was lost): its Work may be another run's of the same index,
+                    // with other overrides, and this run cannot tell (seen in CI: a run whose
+                    // only change was a broken override passed its cluster on the previous
+                    // run's Work). It waits for its bind, which is repeated below.
+                    (Some(_), _) if !self.bound_by_this_run(&name, index) => {
+                        ClusterProgress::Pending(
+                            "its Binding does not show this run's bind yet".to_string(),
+                        )
+                    }
                     (Some(b), Some(w))
-                        if self.bound_by_this_run(&name, index)
-                            && w.overrides.as_deref().is_some_and(|o| o != b.overrides) =>
+                        if w.overrides.as_deref().is_some_and(|o| o != b.overrides) =>
                     {
                         ClusterProgress::Pending(
                             "its Work does not carry the run's overrides yet".to_string(),
