@@ -658,6 +658,54 @@ fn the_three_stage_journey_respects_order_concurrency_and_gates() {
     assert!(p.actions.is_empty());
 }
 
+/// A run of the snapshot every cluster already runs (another run put it there; this one may
+/// change only their overrides): a cluster is not done on the earlier run's Work until its
+/// Binding shows this run's bind. Seen in CI: the bind was not in the Bindings cache yet, and
+/// canary passed on the Work of the run before, whose overrides were not the run's.
+#[test]
+fn a_cluster_already_at_the_index_waits_for_this_runs_bind() {
+    let mut w = World::new();
+    for b in &mut w.bindings {
+        b.state = BindingState::Bound;
+        b.resource_snapshot_index = Some(2);
+        b.update_run_name = Some("earlier-run".into());
+        b.health_timeout = w.run.spec.health_timeout.clone();
+    }
+    let clusters: Vec<String> = w.bindings.iter().map(|b| b.cluster.clone()).collect();
+    for c in &clusters {
+        w.works.insert(
+            c.clone(),
+            WorkView {
+                index: 2,
+                generation: Some(1),
+                ..Default::default()
+            },
+        );
+        w.member_ready(c);
+    }
+    // The run starts staging and binds stage-a; the bind is not seen yet.
+    let p = plan(&w.observed());
+    assert_eq!(binds(&p), ["stage-a"]);
+    w.run.status = Some(p.status.clone());
+    let p = w.step();
+    let stage_a = &p.status.stages_status[0].clusters[0];
+    assert!(
+        !is_true(&stage_a.conditions, SUCCEEDED),
+        "stage-a passed on the earlier run's Work"
+    );
+    assert_eq!(
+        stage_a.progress.as_deref(),
+        Some("its Binding does not show this run's bind yet")
+    );
+    assert_eq!(binds(&p), ["stage-a"], "the bind is repeated");
+    // Once the bind shows, the Work (already at the index) counts.
+    let p = w.step();
+    assert!(is_true(
+        &p.status.stages_status[0].clusters[0].conditions,
+        SUCCEEDED
+    ));
+}
+
 #[test]
 fn a_failed_cluster_stops_the_run_until_it_recovers() {
     let mut w = World::new();
