@@ -84,6 +84,12 @@ pub fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
+/// Whether `e` is the API server's 409: a write whose precondition (the version it was planned
+/// from) no longer holds.
+pub fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
 /// The API server's own message for API errors (e.g. `Deployment.apps "web" is invalid: …`),
 /// else the client's description.
 pub fn describe(e: &kube::Error) -> String {

@@ -123,12 +123,6 @@ where
     }
 }
 
-/// Whether `error` is the API server refusing a write whose precondition (the version it was
-/// planned from) no longer holds.
-pub fn is_conflict(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(e) if e.code == 409)
-}
-
 /// Writes `status` on `work` by server-side apply: only if the Work is still at
 /// `resource_version` when one is given. Returns the Work as written.
 pub async fn send(
@@ -249,7 +243,7 @@ pub async fn write<P: Future<Output = Option<WorkStatus>>>(
                 ctx.written_works.record(&name, written);
                 Ok(Written::Planned)
             }
-            Err(e) if is_conflict(&e) => Ok(Written::Conflict),
+            Err(e) if crate::error::is_conflict(&e) => Ok(Written::Conflict),
             Err(e) => Err(failed()(e)),
         },
         // The second landed last (or the first was refused because it did): it is the newer.
