@@ -91,6 +91,9 @@ pub mod reason {
     pub const SUPERSEDED: &str = "UpdateRunSuperseded";
     /// Initialized=False (not final): an earlier run of the placement has not stopped yet.
     pub const WAITING_FOR_PREVIOUS_RUN: &str = "WaitingForPreviousRun";
+    /// Initialized=False (not final): the placement has not scheduled its current spec yet, or
+    /// the hub's Bindings do not show all the clusters it selected yet.
+    pub const WAITING_FOR_SCHEDULING: &str = "WaitingForScheduling";
     /// Stage Progressing=True.
     pub const STAGE_STARTED: &str = "StageUpdatingStarted";
     /// Stage Progressing=False: its clusters are done, its after-stage tasks wait.

@@ -16,7 +16,7 @@ use fleethub_crds::member_cluster::HEALTHY;
 use fleethub_crds::override_apply;
 use fleethub_crds::overrides::{ClusterResourceOverrideSnapshot, ResourceOverrideSnapshot};
 use fleethub_crds::run_progress::RunPhase;
-use fleethub_crds::update_run::{SUCCEEDED, reason};
+use fleethub_crds::update_run::{INITIALIZED, SUCCEEDED, reason};
 use fleethub_crds::{
     ApprovalRequest, Binding, MemberCluster, Placement, ResourceSnapshot, StagedUpdateStrategy,
     UpdateRun, Work, names,
@@ -190,6 +190,20 @@ pub async fn run(
     let for_binding = by_placement(runs.clone());
     let for_run = by_placement(runs.clone());
     let for_placement = by_placement(runs.clone());
+    let uninitialized = {
+        let runs = runs.clone();
+        move |placement: &str| -> Vec<ObjectRef<UpdateRun>> {
+            runs.state()
+                .iter()
+                .filter(|r| r.spec.placement_name == placement && !finished(r))
+                .filter(|r| {
+                    let conditions = r.status.as_ref().map(|s| s.conditions.as_slice());
+                    !is_true(conditions.unwrap_or_default(), INITIALIZED)
+                })
+                .map(|r| ObjectRef::from_obj(r.as_ref()))
+                .collect()
+        }
+    };
     let placements_seen = placements.clone();
     // A member's health matters to the runs waiting for it to become healthy (their turn came
     // while it was not); every other run reads members only when it plans.
@@ -241,15 +255,16 @@ pub async fn run(
         .watches_stream(member_stream, waiting_for_member)
         .watches_stream(placement_stream, move |p: Placement| {
             // Only a deletion concerns a run after it initialized (its status changes often,
-            // and runs read placements only when they start). The store already holds the
-            // change: a deleted placement is gone from it.
+            // and runs read placements only when they start); a run that has not initialized
+            // may wait for the placement's scheduling. The store already holds the change: a
+            // deleted placement is gone from it.
             let name = p.name_any();
             let deleted = p.metadata.deletion_timestamp.is_some()
                 || placements_seen.get(&ObjectRef::new(&name)).is_none();
             if deleted {
                 for_placement(&name)
             } else {
-                Vec::new()
+                uninitialized(&name)
             }
         })
         .watches_stream(work_stream, move |w: Work| for_work(&w.spec.placement_name))

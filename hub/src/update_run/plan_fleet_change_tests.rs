@@ -413,3 +413,62 @@ fn the_deletion_stage_keeps_a_cluster_selected_again() {
     assert_eq!(skipped.reason, "ClusterSelectedAgain");
     assert_eq!(run_condition(&p, SUCCEEDED).0, "True");
 }
+
+#[test]
+fn a_run_waits_for_its_placements_scheduling_before_freezing_its_clusters() {
+    let mut w = World::new();
+    w.unsettled_scheduling = true;
+    let waiting = |p: &Plan| {
+        let (status, why, message) = run_condition(p, INITIALIZED);
+        assert_eq!(
+            (status.as_str(), why.as_str()),
+            ("False", reason::WAITING_FOR_SCHEDULING)
+        );
+        assert!(p.actions.is_empty(), "{:?}", p.actions);
+        assert!(p.status.stages_status.is_empty());
+        assert!(p.status.conditions.iter().all(|c| c.type_ != SUCCEEDED));
+        message
+    };
+    // A placement just created: its first snapshot exists, it has not scheduled yet.
+    let message = waiting(&w.step());
+    assert!(
+        message.contains("Placement web to schedule its generation"),
+        "{message}"
+    );
+    // It selected six clusters; the hub's bindings cache shows two of them.
+    w.unsettled_scheduling = false;
+    w.settle();
+    w.unsettled_scheduling = true;
+    let all = std::mem::take(&mut w.bindings);
+    w.bindings = all[..2].to_vec();
+    let message = waiting(&w.step());
+    assert!(
+        message.contains("selects 6 clusters; the hub's Bindings show 2"),
+        "{message}"
+    );
+    // A later spec (generation 2) is not scheduled yet, though the counts agree.
+    w.bindings = all;
+    w.placement.as_mut().unwrap().metadata.generation = Some(2);
+    waiting(&w.step());
+    // Scheduled: the run freezes all six clusters and starts.
+    w.unsettled_scheduling = false;
+    let p = w.step();
+    assert!(is_true(&p.status.conditions, INITIALIZED));
+    assert_eq!(p.status.policy_observed_cluster_count, Some(6));
+    assert_eq!(binds(&p), ["stage-a"]);
+    // The run waited as a validated run: it supersedes an older one meanwhile.
+    assert!(
+        SiblingRun::of(&UpdateRun {
+            status: Some(waiting_status()),
+            ..w.run.clone()
+        })
+        .validated
+    );
+}
+
+/// A run's status while it waits for its placement's scheduling.
+fn waiting_status() -> fleethub_crds::update_run::UpdateRunStatus {
+    let mut w = World::new();
+    w.unsettled_scheduling = true;
+    w.step().status
+}

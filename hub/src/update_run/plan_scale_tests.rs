@@ -46,6 +46,7 @@ fn a_10000_cluster_run_stays_small_and_resumes_from_its_stored_status() {
     let mut largest = 0;
     for step in 0.. {
         assert!(step < 2_000, "the run did not finish");
+        w.settle();
         let p = plan(&w.observed());
         w.perform(&p.actions);
         for c in binds(&p) {

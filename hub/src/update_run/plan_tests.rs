@@ -96,6 +96,8 @@ struct World {
     later_runs: Vec<String>,
     unhealthy: BTreeMap<String, String>,
     placement_deleted: bool,
+    /// The placement's status is left as the test sets it (see `observed`).
+    unsettled_scheduling: bool,
     latest: Option<i64>,
     /// What the fake Prometheus answers, by query; any other query: connection refused.
     prometheus: BTreeMap<String, QueryOutcome>,
@@ -118,6 +120,7 @@ impl World {
             later_runs: Vec::new(),
             unhealthy: BTreeMap::new(),
             placement_deleted: false,
+            unsettled_scheduling: false,
             latest: Some(2),
             prometheus: BTreeMap::new(),
             asked: Vec::new(),
@@ -147,6 +150,33 @@ impl World {
         });
     }
 
+    /// Unless `unsettled_scheduling`, sets the placement's status to say it scheduled its spec
+    /// and selected the clusters of the scheduled and bound bindings, as the placement
+    /// controller writes it once those bindings exist.
+    fn settle(&mut self) {
+        let selected = self
+            .bindings
+            .iter()
+            .filter(|b| b.state != BindingState::Unscheduled)
+            .count();
+        if let (Some(placement), false) = (&mut self.placement, self.unsettled_scheduling) {
+            placement.metadata.generation = Some(1);
+            let status = placement.status.get_or_insert_with(Default::default);
+            status.selected_cluster_count = Some(selected as i32);
+            fleethub_crds::conditions::set_condition(
+                &mut status.conditions,
+                fleethub_crds::conditions::NewCondition::new(
+                    fleethub_crds::placement::SCHEDULED,
+                    fleethub_crds::conditions::TRUE,
+                    fleethub_crds::placement::reason::SCHEDULING_POLICY_FULFILLED,
+                    format!("{selected} clusters selected"),
+                    Some(1),
+                ),
+                self.now,
+            );
+        }
+    }
+
     fn observed(&self) -> Observed<'_> {
         Observed {
             run: &self.run,
@@ -171,6 +201,7 @@ impl World {
     /// Plans, records the status, and performs the actions on the fake world (bindings; the
     /// member reporting is separate).
     fn step(&mut self) -> Plan {
+        self.settle();
         let mut o = self.observed();
         let mut p = plan(&o);
         if !p.queries.is_empty() {
@@ -684,6 +715,7 @@ fn a_cluster_already_at_the_index_waits_for_this_runs_bind() {
         w.member_ready(c);
     }
     // The run starts staging and binds stage-a; the bind is not seen yet.
+    w.settle();
     let p = plan(&w.observed());
     assert_eq!(binds(&p), ["stage-a"]);
     w.run.status = Some(p.status.clone());
@@ -1008,6 +1040,7 @@ fn survives(loss: Loss) {
         let mut approved_at: BTreeMap<String, Timestamp> = BTreeMap::new();
         let mut ever_bound = std::collections::BTreeSet::new();
         for step in 0..400 {
+            w.settle();
             let p = plan(&w.observed());
             let crashed = next() % 3 == 0;
             let performed: Vec<Action> = match loss {

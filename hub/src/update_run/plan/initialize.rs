@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use fleethub_crds::binding::BindingState;
 use fleethub_crds::concurrency::MaxConcurrency;
-use fleethub_crds::conditions::TRUE;
+use fleethub_crds::conditions::{TRUE, find};
 use fleethub_crds::metric_check::Settings;
-use fleethub_crds::placement::RolloutStrategyType;
+use fleethub_crds::placement::{RolloutStrategyType, SCHEDULED, reason as placement_reason};
 use fleethub_crds::strategy::{StageConfig, StageTask, StageTaskType, StagedUpdateStrategySpec};
 use fleethub_crds::update_run::{
     ClusterUpdatingStatus, DELETION_STAGE, INITIALIZED, MAX_RUN_NAME_BYTES, MetricCheckStatus,
@@ -44,6 +44,7 @@ impl<'a, 'o> Planner<'a, 'o> {
                 ),
             ));
         }
+        self.scheduling_settled()?;
         let selected = self.selected()?;
         let per_stage = self.sort_into_stages(strategy, &selected.scheduled)?;
         self.freeze(strategy, per_stage, selected);
@@ -128,6 +129,53 @@ impl<'a, 'o> Planner<'a, 'o> {
             })?;
         }
         Ok(strategy)
+    }
+
+    /// The placement has scheduled its current spec, and the bindings seen hold every cluster
+    /// it selected. A run planned earlier would freeze a partial cluster list: right after the
+    /// placement is created, its first snapshot exists before its Bindings do.
+    fn scheduling_settled(&self) -> Result<(), Refusal> {
+        let name = &self.o.run.spec.placement_name;
+        let Some(placement) = self.o.placement else {
+            return Ok(()); // validated: not reached
+        };
+        let generation = placement.metadata.generation;
+        let status = placement.status.as_ref();
+        let scheduled = status.and_then(|s| find(&s.conditions, SCHEDULED));
+        let Some(scheduled) = scheduled.filter(|c| c.observed_generation == generation) else {
+            return Err((
+                reason::WAITING_FOR_SCHEDULING,
+                format!(
+                    "waiting for Placement {name} to schedule its generation {} (see its Scheduled condition)",
+                    generation.unwrap_or_default()
+                ),
+            ));
+        };
+        // An invalid policy or selector selects nothing new: the run goes with the bindings
+        // there are (its clusters keep what they run).
+        let selection_made = [
+            placement_reason::SCHEDULING_POLICY_FULFILLED,
+            placement_reason::CLUSTERS_UNAVAILABLE,
+        ]
+        .contains(&scheduled.reason.as_str());
+        let Some(selected) = status.and_then(|s| s.selected_cluster_count) else {
+            return Ok(());
+        };
+        let seen = self
+            .o
+            .bindings
+            .iter()
+            .filter(|b| b.state != BindingState::Unscheduled)
+            .count();
+        if selection_made && seen != selected.max(0) as usize {
+            return Err((
+                reason::WAITING_FOR_SCHEDULING,
+                format!(
+                    "Placement {name} selects {selected} clusters; the hub's Bindings show {seen} so far"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The placement's clusters: bound or scheduled ones to update, unscheduled ones to clean.

@@ -474,8 +474,11 @@ impl Planner<'_, '_> {
         if !is_true(&self.status.conditions, INITIALIZED) {
             match self.initialize(initialize_only) {
                 Ok(()) => {}
-                Err((reason::WAITING_FOR_PREVIOUS_RUN, message)) => {
-                    return self.wait_for_previous_run(INITIALIZED, message);
+                Err((
+                    why @ (reason::WAITING_FOR_PREVIOUS_RUN | reason::WAITING_FOR_SCHEDULING),
+                    message,
+                )) => {
+                    return self.wait_to_initialize(why, message);
                 }
                 Err((why, message)) => {
                     self.set_run(INITIALIZED, FALSE, why, message.clone());
@@ -525,32 +528,24 @@ impl Planner<'_, '_> {
                 "waiting for UpdateRun {earlier}, which this newer run supersedes, to stop rolling out Placement {}",
                 self.o.run.spec.placement_name
             );
-            return self.wait_for_previous_run(PROGRESSING, message);
+            return self.wait(reason::WAITING_FOR_PREVIOUS_RUN, message);
         }
         self.execute();
     }
 
-    /// Waits (not final) for an earlier run of the placement to end; `type_` is the condition
-    /// that says so besides Progressing.
-    fn wait_for_previous_run(&mut self, type_: &'static str, message: String) {
-        let first = find(&self.status.conditions, PROGRESSING)
-            .is_none_or(|c| c.reason != reason::WAITING_FOR_PREVIOUS_RUN);
-        if type_ != PROGRESSING {
-            self.set_run(
-                type_,
-                FALSE,
-                reason::WAITING_FOR_PREVIOUS_RUN,
-                message.clone(),
-            );
-        }
-        self.set_run(
-            PROGRESSING,
-            FALSE,
-            reason::WAITING_FOR_PREVIOUS_RUN,
-            message.clone(),
-        );
+    /// Waits (not final) to initialize, for the reason `why` gives: an earlier run of the
+    /// placement has to end, or the placement's scheduling has to settle.
+    fn wait_to_initialize(&mut self, why: &'static str, message: String) {
+        self.set_run(INITIALIZED, FALSE, why, message.clone());
+        self.wait(why, message);
+    }
+
+    /// Progressing=False (not final) for `why`, with an event when the run starts waiting.
+    fn wait(&mut self, why: &'static str, message: String) {
+        let first = find(&self.status.conditions, PROGRESSING).is_none_or(|c| c.reason != why);
+        self.set_run(PROGRESSING, FALSE, why, message.clone());
         if first {
-            self.event(false, reason::WAITING_FOR_PREVIOUS_RUN, message);
+            self.event(false, why, message);
         }
     }
 

@@ -17,7 +17,8 @@ pub struct SiblingRun {
     pub created: Option<Timestamp>,
     /// It has ended (Succeeded set, either way) or is being deleted: it concerns no one.
     pub over: bool,
-    /// It passed validation (initialized, or waiting for an earlier run to end) and may run:
+    /// It passed validation (initialized, or waiting for an earlier run to end or for its
+    /// placement's scheduling) and may run:
     /// a run that is only planned (`spec.state: Initialize`) supersedes no one.
     pub validated: bool,
 }
@@ -30,8 +31,13 @@ impl SiblingRun {
             .as_ref()
             .map(|s| s.conditions.as_slice())
             .unwrap_or_default();
-        let waiting = find(conditions, INITIALIZED)
-            .is_some_and(|c| c.reason == reason::WAITING_FOR_PREVIOUS_RUN);
+        let waiting = find(conditions, INITIALIZED).is_some_and(|c| {
+            [
+                reason::WAITING_FOR_PREVIOUS_RUN,
+                reason::WAITING_FOR_SCHEDULING,
+            ]
+            .contains(&c.reason.as_str())
+        });
         Self {
             name: run.name_any(),
             created: run.metadata.creation_timestamp.as_ref().map(|t| t.0),
