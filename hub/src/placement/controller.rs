@@ -22,6 +22,7 @@ use super::clusters::{BindingChange, Member};
 use super::content_marks::ContentMarks;
 use super::gather::{self, DiscoveryCache};
 use super::plan::{self, NewSnapshot, Observed, Plan};
+use super::snapshot_cache::{self, OwnSnapshotWrites};
 use super::triggers;
 use crate::Error;
 use crate::clock::Clock;
@@ -36,6 +37,10 @@ struct Context {
     discovery: DiscoveryCache,
     bindings: Store<Binding>,
     members: Store<MemberCluster>,
+    /// The snapshots without their manifests, and this controller's writes of them until that
+    /// cache shows them.
+    snapshots: Store<ResourceSnapshot>,
+    own_snapshot_writes: OwnSnapshotWrites,
     content: Arc<ContentMarks>,
     /// The placements' cache.
     placements: Store<Placement>,
@@ -56,6 +61,8 @@ impl Context {
             self.written
                 .retain(|name, _| self.placements.get(&ObjectRef::new(name)).is_some());
         }
+        self.own_snapshot_writes
+            .retain(|name| self.placements.get(&ObjectRef::new(name)).is_some());
         self.written
             .newest_or_read(&name, Some(cached), || placements.get_opt(&name))
             .await
@@ -75,6 +82,7 @@ pub async fn run(
 ) {
     let (bindings, bindings_writer) = reflector::store::<Binding>();
     let (members, members_writer) = reflector::store::<MemberCluster>();
+    let (snapshots, snapshots_writer) = reflector::store::<ResourceSnapshot>();
     let binding_stream =
         fleethub_runtime::reflected_stream(Api::<Binding>::all(client.clone()), bindings_writer);
     let member_stream = fleethub_runtime::touched_after_sync(
@@ -96,13 +104,17 @@ pub async fn run(
         discovery: DiscoveryCache::default(),
         bindings,
         members,
+        snapshots,
+        own_snapshot_writes: OwnSnapshotWrites::default(),
         content,
         placements: placements.clone(),
         written: LastWritten::slimmed_by(fleethub_runtime::strip_managed_fields),
     });
     controller
-        .owns_stream(fleethub_runtime::watch_stream(
+        .owns_stream(fleethub_runtime::slim_reflected_stream(
             Api::<ResourceSnapshot>::all(client.clone()),
+            snapshots_writer,
+            snapshot_cache::slim,
         ))
         .watches_stream(binding_stream, |b: Binding| {
             Some(ObjectRef::<Placement>::new(&b.spec.placement_name))
@@ -156,14 +168,15 @@ async fn reconcile(placement: Arc<Placement>, ctx: Arc<Context>) -> Result<Reque
     Ok(plan.next)
 }
 
-/// Whether the member and binding caches hold everything. Planning on a cache still being
+/// Whether the member, binding and snapshot caches hold everything. Planning on a cache still being
 /// filled (right after a (re)start or a change of leader) would see a member or binding missing
 /// as unselected.
 async fn caches_ready(ctx: &Context) -> bool {
     let caches = || async {
         tokio::try_join!(
             ctx.members.wait_until_ready(),
-            ctx.bindings.wait_until_ready()
+            ctx.bindings.wait_until_ready(),
+            ctx.snapshots.wait_until_ready()
         )
     };
     fleethub_runtime::ready_within(CACHE_WAIT, caches).await
@@ -179,10 +192,7 @@ async fn observe(
     placement: &Placement,
 ) -> Result<(Observed, Option<Gathering>), Error> {
     let name = placement.name_any();
-    let snapshots = Api::<ResourceSnapshot>::all(ctx.client.clone())
-        .list(&ListParams::default().labels(&format!("{}={name}", names::PLACEMENT_LABEL)))
-        .await?
-        .items;
+    let snapshots = snapshots_of(ctx, &name).await?;
     let latest_hash = plan::latest_snapshot(&snapshots).map(|s| s.spec.content_hash.as_str());
     let gathering = (!ctx.content.unchanged(placement, latest_hash))
         .then(|| (ctx.content.changes(&name), Instant::now()));
@@ -206,6 +216,28 @@ async fn observe(
     Ok((observed, gathering))
 }
 
+/// `placement`'s snapshots (without their manifests) from the cache, or from the API server
+/// while the cache does not show this controller's last writes of them.
+async fn snapshots_of(ctx: &Context, placement: &str) -> Result<Vec<ResourceSnapshot>, Error> {
+    let cached = ctx
+        .snapshots
+        .state()
+        .iter()
+        .filter(|s| s.spec.placement_name == placement)
+        .map(|s| s.as_ref().clone())
+        .collect();
+    if let Some(snapshots) = ctx.own_snapshot_writes.view(placement, cached) {
+        return Ok(snapshots);
+    }
+    let selector = format!("{}={placement}", names::PLACEMENT_LABEL);
+    let mut listed = Api::<ResourceSnapshot>::all(ctx.client.clone())
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items;
+    listed.iter_mut().for_each(snapshot_cache::slim);
+    Ok(listed)
+}
+
 /// Performs the plan's writes but the status, in order: the new snapshot, the pruned history,
 /// the bindings (which may point at the new snapshot).
 async fn act(
@@ -215,7 +247,7 @@ async fn act(
     gathering: Option<Gathering>,
 ) -> Result<(), Error> {
     if let Some(snapshot) = &plan.snapshot {
-        cut_snapshot(ctx, snapshot).await?;
+        cut_snapshot(ctx, &placement.name_any(), snapshot).await?;
         tracing::info!(index = snapshot.index, "cut a new resource snapshot");
     }
     if let (Some(hash), Some((changes, at))) = (&plan.content_hash, gathering) {
@@ -233,18 +265,35 @@ async fn act(
     Ok(())
 }
 
-async fn cut_snapshot(ctx: &Context, snapshot: &NewSnapshot) -> Result<(), Error> {
+async fn cut_snapshot(ctx: &Context, placement: &str, snapshot: &NewSnapshot) -> Result<(), Error> {
     let api: Api<ResourceSnapshot> = Api::all(ctx.client.clone());
     for name in &snapshot.leftovers {
-        api.delete(name, &Default::default()).await?;
+        delete_snapshot(ctx, &api, placement, name).await?;
     }
     let params = PostParams {
         field_manager: Some(FIELD_MANAGER.to_string()),
         ..Default::default()
     };
     for part in &snapshot.parts {
-        api.create(&params, part).await?;
+        let created = api.create(&params, part).await?;
+        ctx.own_snapshot_writes.created(placement, &created);
     }
+    Ok(())
+}
+
+/// Deletes snapshot `name` of `placement`, and records the delete until the cache shows it.
+async fn delete_snapshot(
+    ctx: &Context,
+    api: &Api<ResourceSnapshot>,
+    placement: &str,
+    name: &str,
+) -> Result<(), Error> {
+    let deleted = api.delete(name, &Default::default()).await?;
+    let uid = deleted.either(
+        |s| s.uid(),
+        |status| status.details.map(|d| d.uid).filter(|u| !u.is_empty()),
+    );
+    ctx.own_snapshot_writes.deleted(placement, name, uid);
     Ok(())
 }
 
@@ -264,7 +313,7 @@ async fn prune_history(
     let in_use = plan::indices_in_use(&runs, &placement.name_any());
     let api: Api<ResourceSnapshot> = Api::all(ctx.client.clone());
     for (_, name) in excess.iter().filter(|(i, _)| !in_use.contains(i)) {
-        api.delete(name, &Default::default()).await?;
+        delete_snapshot(ctx, &api, &placement.name_any(), name).await?;
     }
     Ok(())
 }

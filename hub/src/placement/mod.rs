@@ -7,6 +7,7 @@ mod content_marks;
 pub mod controller;
 mod gather;
 pub mod plan;
+mod snapshot_cache;
 pub mod status;
 mod triggers;
 

@@ -31,7 +31,7 @@ pub const RESYNC: Duration = Duration::from_secs(300);
 /// What the controller observed for one placement.
 #[derive(Debug, Default)]
 pub struct Observed {
-    /// Every ResourceSnapshot of the placement (every part of every index).
+    /// Every ResourceSnapshot of the placement (every part of every index), without manifests.
     pub snapshots: Vec<ResourceSnapshot>,
     /// The selected objects, cleaned and sorted, or why the selectors are unusable; `None` when
     /// they are known to be what the latest snapshot holds (not gathered again).
