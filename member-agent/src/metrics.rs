@@ -27,12 +27,16 @@ pub mod request {
     pub const WRITE_APPLIED_WORK_STATUS: &str = "write-applied-work-status";
     /// The Work's status written on the hub.
     pub const WRITE_WORK_STATUS: &str = "write-work-status";
+    /// A Work status write the hub refused (409): the Work changed since it was read, or a newer
+    /// status overtook it. Also counted as `write-work-status`.
+    pub const WORK_STATUS_REFUSED: &str = "work-status-refused";
     /// Every request, so each series exists from the start.
     pub const ALL: &[&str] = &[
         READ_WORK,
         APPLY_APPLIED_WORK,
         WRITE_APPLIED_WORK_STATUS,
         WRITE_WORK_STATUS,
+        WORK_STATUS_REFUSED,
     ];
 }
 
@@ -121,7 +125,7 @@ impl Metrics {
         );
         registry.register(
             "work_requests",
-            "Requests a Work reconcile makes besides applying and reading manifests, by request: read-work (the Work from the hub, when the cache cannot answer), apply-applied-work, write-applied-work-status (member), write-work-status (hub)",
+            "Requests a Work reconcile makes besides applying and reading manifests, by request: read-work (the Work from the hub, when the cache cannot answer), apply-applied-work, write-applied-work-status (member), write-work-status (hub; work-status-refused counts those the hub refused with a conflict)",
             m.bookkeeping.clone(),
         );
         registry.register(
@@ -293,6 +297,7 @@ mod tests {
             "fleethub_member_agent_works 0",
             "fleethub_member_agent_work_requests_total{request=\"write-work-status\"} 1",
             "fleethub_member_agent_work_requests_total{request=\"read-work\"} 0",
+            "fleethub_member_agent_work_requests_total{request=\"work-status-refused\"} 0",
             "fleethub_member_agent_heartbeat_age_seconds ",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");

@@ -143,13 +143,17 @@ pub async fn send(
         "status": status,
     });
     ctx.metrics.work_request(request::WRITE_WORK_STATUS);
-    Api::<Work>::namespaced(ctx.hub.clone(), &ctx.namespace)
+    let written = Api::<Work>::namespaced(ctx.hub.clone(), &ctx.namespace)
         .patch_status(
             &name,
             &PatchParams::apply(MEMBER_AGENT).force(),
             &Patch::Apply(&body),
         )
-        .await
+        .await;
+    if written.as_ref().is_err_and(crate::error::is_conflict) {
+        ctx.metrics.work_request(request::WORK_STATUS_REFUSED);
+    }
+    written
 }
 
 /// Whether `newer`, planned while `planned` was being written, differs from it in state: not

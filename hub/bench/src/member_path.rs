@@ -350,11 +350,12 @@ impl Bench {
             )),
             notes: vec![
                 format!(
-                    "the agents' own requests over {reconciles:.0} reconciles: {}, {}, {}, {}",
+                    "the agents' own requests over {reconciles:.0} reconciles: {}, {}, {}, {} (refused: {})",
                     per("read-work"),
                     per("apply-applied-work"),
                     per("write-applied-work-status"),
                     per("write-work-status"),
+                    per("work-status-refused"),
                 ),
                 format!("slowest: {}", slowest.join("; ")),
             ],

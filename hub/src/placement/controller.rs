@@ -91,7 +91,7 @@ pub async fn run(
             fleethub_runtime::watcher_config(),
             members_writer,
         )
-        .filter_map(triggers::selection_changes()),
+        .filter_map(triggers::member_changes(triggers::selection_inputs)),
     );
 
     let controller = fleethub_runtime::controller_for(Api::<Placement>::all(client.clone()));

@@ -9,7 +9,7 @@ mod gather;
 pub mod plan;
 mod snapshot_cache;
 pub mod status;
-mod triggers;
+pub(crate) mod triggers;
 
 #[cfg(test)]
 mod plan_tests;

@@ -4,8 +4,7 @@
 
 use std::sync::Arc;
 
-use fleethub_crds::conditions::is_true;
-use fleethub_crds::member_cluster::JOINED;
+use fleethub_crds::member_cluster::{HEALTHY, JOINED};
 use fleethub_crds::{MemberCluster, PhasedRollout, Placement};
 use futures::{StreamExt, stream};
 use k8s_openapi::Resource as _;
@@ -173,14 +172,15 @@ impl ContentVersions {
 }
 
 /// A filter of MemberCluster watch events that passes deletions and the changes of what
-/// selection reads: every heartbeat changes a MemberCluster, and each one would otherwise
-/// reconcile every placement. (The store is fed before the filter, so it sees every change.)
+/// `inputs` fingerprints: every heartbeat changes a MemberCluster, and each one would otherwise
+/// reconcile whatever the members' watch triggers (every placement, every Binding of the
+/// member). The store is fed before the filter, so it sees every change.
 #[allow(clippy::type_complexity)]
-pub fn selection_changes() -> impl FnMut(
+pub fn member_changes(
+    inputs: fn(&MemberCluster) -> u64,
+) -> impl FnMut(
     Result<watcher::Event<MemberCluster>, watcher::Error>,
-) -> std::future::Ready<
-    Option<Result<watcher::Event<MemberCluster>, watcher::Error>>,
-> {
+) -> std::future::Ready<Option<Result<watcher::Event<MemberCluster>, watcher::Error>>> {
     let mut seen: std::collections::HashMap<String, u64> = Default::default();
     move |event| {
         let keep = match &event {
@@ -189,7 +189,7 @@ pub fn selection_changes() -> impl FnMut(
                 true
             }
             Ok(watcher::Event::Apply(m) | watcher::Event::InitApply(m)) => {
-                let hash = selection_inputs(m).unwrap_or_default();
+                let hash = inputs(m);
                 seen.insert(m.name_any(), hash) != Some(hash)
             }
             Ok(watcher::Event::Init | watcher::Event::InitDone) | Err(_) => true,
@@ -198,20 +198,47 @@ pub fn selection_changes() -> impl FnMut(
     }
 }
 
+/// A member's identity, labels and deletion: what overrides read of it.
+pub fn label_inputs(member: &MemberCluster) -> u64 {
+    use std::hash::Hasher;
+    identity_and_labels(member).finish()
+}
+
 /// What of a MemberCluster cluster selection depends on: its identity, labels, deletion and
 /// `Joined`.
-fn selection_inputs(member: &MemberCluster) -> Option<u64> {
+pub fn selection_inputs(member: &MemberCluster) -> u64 {
     use std::hash::{Hash, Hasher};
+    let mut h = identity_and_labels(member);
+    condition_status(member, JOINED).hash(&mut h);
+    h.finish()
+}
+
+/// What a run waiting for a member needs to see change: its identity, labels, deletion,
+/// `Joined` and `Healthy`.
+pub fn health_inputs(member: &MemberCluster) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = identity_and_labels(member);
+    condition_status(member, JOINED).hash(&mut h);
+    condition_status(member, HEALTHY).hash(&mut h);
+    h.finish()
+}
+
+fn identity_and_labels(member: &MemberCluster) -> std::collections::hash_map::DefaultHasher {
+    use std::hash::Hash;
     let mut h = std::collections::hash_map::DefaultHasher::new();
     member.metadata.uid.hash(&mut h);
     member.labels().hash(&mut h);
     member.metadata.deletion_timestamp.is_some().hash(&mut h);
-    member
-        .status
-        .as_ref()
-        .is_some_and(|s| is_true(&s.conditions, JOINED))
-        .hash(&mut h);
-    Some(h.finish())
+    h
+}
+
+/// The status (`True`, `False`, `Unknown`) of `member`'s condition `type_`, if it has one.
+fn condition_status<'a>(member: &'a MemberCluster, type_: &str) -> Option<&'a str> {
+    let conditions = &member.status.as_ref()?.conditions;
+    conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.as_str())
 }
 
 #[cfg(test)]
@@ -260,5 +287,62 @@ mod tests {
         assert!(seen.changed(&meta(None, "11", &[])));
         assert!(seen.changed(&meta(Some(0), "12", &[])));
         assert!(seen.0.is_empty(), "nothing kept for them");
+    }
+
+    fn member(heartbeat: i64, labels: &[(&str, &str)], healthy: &str) -> MemberCluster {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "m1", "uid": "u1",
+                         "labels": labels.iter().copied().collect::<BTreeMap<_, _>>()},
+            "spec": {},
+            "status": {
+                "lastHeartbeatTime": jiff::Timestamp::from_second(1_800_000_000 + heartbeat).unwrap().to_string(),
+                "conditions": [
+                    {"type": "Joined", "status": "True", "reason": "r", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                    {"type": "Healthy", "status": healthy, "reason": "r", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+                ]
+            }
+        }))
+        .unwrap()
+    }
+
+    /// Which of `events` the filter for `inputs` passes, by position.
+    fn passed(inputs: fn(&MemberCluster) -> u64, events: Vec<MemberCluster>) -> Vec<usize> {
+        let mut filter = member_changes(inputs);
+        events
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, m)| {
+                let out = filter(Ok(watcher::Event::Apply(m))).into_inner();
+                out.map(|_| i)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn heartbeats_trigger_nothing_and_each_watch_passes_what_it_reads() {
+        let events = || {
+            vec![
+                member(0, &[], "True"),                  // first sight
+                member(15, &[], "True"),                 // a heartbeat
+                member(30, &[], "False"),                // unhealthy
+                member(45, &[("env", "prod")], "False"), // a label
+                member(60, &[("env", "prod")], "False"), // a heartbeat
+            ]
+        };
+        assert_eq!(passed(label_inputs, events()), [0, 3]);
+        assert_eq!(passed(selection_inputs, events()), [0, 3]);
+        assert_eq!(passed(health_inputs, events()), [0, 2, 3]);
+        // A deletion always passes.
+        let mut filter = member_changes(label_inputs);
+        assert!(
+            filter(Ok(watcher::Event::Apply(member(0, &[], "True"))))
+                .into_inner()
+                .is_some()
+        );
+        assert!(
+            filter(Ok(watcher::Event::Delete(member(0, &[], "True"))))
+                .into_inner()
+                .is_some()
+        );
     }
 }

@@ -45,6 +45,7 @@ use crate::Error;
 use crate::clock::Clock;
 use crate::error::{EXISTS, GONE, ok_if};
 use crate::metrics::{Metrics, RunState, RunStateLabels};
+use crate::placement::triggers;
 use fleethub_runtime::CACHE_WAIT;
 use fleethub_runtime::last_written::LastWritten;
 use fleethub_runtime::prometheus::{Auth, Prometheus};
@@ -160,9 +161,15 @@ pub async fn run(
         Api::<ApprovalRequest>::all(client.clone()),
         approvals_writer,
     );
-    let member_stream = fleethub_runtime::reflected_stream(
-        Api::<MemberCluster>::all(client.clone()),
-        members_writer,
+    // Heartbeats do not concern runs; a member's health (or its leaving) concerns those
+    // waiting for it.
+    let member_stream = fleethub_runtime::touched_after_sync(
+        fleethub_runtime::reflected_events(
+            Api::<MemberCluster>::all(client.clone()),
+            fleethub_runtime::watcher_config(),
+            members_writer,
+        )
+        .filter_map(triggers::member_changes(triggers::health_inputs)),
     );
     let placement_stream = fleethub_runtime::reflected_stream(
         Api::<Placement>::all(client.clone()),

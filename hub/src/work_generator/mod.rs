@@ -30,6 +30,7 @@ use crate::Error;
 use crate::clock::Clock;
 use crate::error::{GONE, ok_if};
 use crate::metrics::Metrics;
+use crate::placement::triggers;
 use crate::work_overrides::{self, Chosen, OVERRIDES_ANNOTATION, OverrideStores};
 use cached_work::{slim_work, up_to_date};
 use fleethub_runtime::CACHE_WAIT;
@@ -158,10 +159,15 @@ pub async fn run(
             ),
             move |_| following(b2.clone(), None),
         )
+        // Only a member's labels reach its Works (through overrides), not its heartbeats.
         .watches_stream(
-            fleethub_runtime::reflected_stream(
-                Api::<MemberCluster>::all(client.clone()),
-                members_writer,
+            fleethub_runtime::touched_after_sync(
+                fleethub_runtime::reflected_events(
+                    Api::<MemberCluster>::all(client.clone()),
+                    fleethub_runtime::watcher_config(),
+                    members_writer,
+                )
+                .filter_map(triggers::member_changes(triggers::label_inputs)),
             ),
             move |m: MemberCluster| following(b3.clone(), Some(m.name_any())),
         )

@@ -143,10 +143,13 @@ impl<'a, 'o> Planner<'a, 'o> {
         let status = placement.status.as_ref();
         let scheduled = status.and_then(|s| find(&s.conditions, SCHEDULED));
         let Some(scheduled) = scheduled.filter(|c| c.observed_generation == generation) else {
+            let described = scheduled
+                .and_then(|c| c.observed_generation)
+                .map_or("none yet".to_string(), |g| format!("generation {g}"));
             return Err((
                 reason::WAITING_FOR_SCHEDULING,
                 format!(
-                    "waiting for Placement {name} to schedule its generation {} (see its Scheduled condition)",
+                    "waiting for Placement {name} to schedule its generation {} (its Scheduled condition describes {described}; its other conditions say what holds it)",
                     generation.unwrap_or_default()
                 ),
             ));
