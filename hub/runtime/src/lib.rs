@@ -154,10 +154,12 @@ pub fn slim_reflected_stream<K>(
 where
     K: Watched,
 {
+    use futures::StreamExt;
     use kube::runtime::WatchStreamExt;
     touched_after_sync(
         kube::runtime::watcher(api, watcher_config())
             .backoff(watch_backoff())
+            .inspect(list_timer::<K>())
             .modify(slim)
             .reflect(writer),
     )
@@ -173,11 +175,41 @@ pub fn reflected_events<K: Watched>(
 ) -> impl futures::Stream<Item = Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>>
 + Send
 + 'static {
+    use futures::StreamExt;
     use kube::runtime::WatchStreamExt;
     kube::runtime::watcher(api, config)
         .backoff(watch_backoff())
+        .inspect(list_timer::<K>())
         .modify(strip_managed_fields)
         .reflect(writer)
+}
+
+/// Logs each complete list of a watch (the first one fills a cache, and a restarted process
+/// waits for it): the kind, how many objects, and how long since the watch started or the
+/// list began. Where a restarted hub spends its first seconds shows in its log.
+fn list_timer<K: kube::Resource<DynamicType = ()>>()
+-> impl FnMut(&Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>) {
+    use kube::runtime::watcher::Event;
+    let (mut since, mut objects, mut listed) = (std::time::Instant::now(), 0usize, false);
+    move |event| match event {
+        Ok(Event::Init) => {
+            objects = 0;
+            if listed {
+                since = std::time::Instant::now();
+            }
+        }
+        Ok(Event::InitApply(_)) => objects += 1,
+        Ok(Event::InitDone) => {
+            listed = true;
+            tracing::info!(
+                kind = %K::kind(&()),
+                objects,
+                took_ms = since.elapsed().as_millis() as u64,
+                "cache listed"
+            );
+        }
+        Ok(_) | Err(_) => {}
+    }
 }
 
 /// Drops `object`'s managed fields, for a cache whose readers do not look at them (every cache
