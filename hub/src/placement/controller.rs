@@ -85,14 +85,8 @@ pub async fn run(
     let (snapshots, snapshots_writer) = reflector::store::<ResourceSnapshot>();
     let binding_stream =
         fleethub_runtime::reflected_stream(Api::<Binding>::all(client.clone()), bindings_writer);
-    let member_stream = fleethub_runtime::touched_after_sync(
-        fleethub_runtime::reflected_events(
-            Api::<MemberCluster>::all(client.clone()),
-            fleethub_runtime::watcher_config(),
-            members_writer,
-        )
-        .filter_map(triggers::member_changes(triggers::selection_inputs)),
-    );
+    let member_stream =
+        triggers::member_stream(&client, members_writer, triggers::selection_inputs);
 
     let controller = fleethub_runtime::controller_for(Api::<Placement>::all(client.clone()));
     let placements = controller.store();

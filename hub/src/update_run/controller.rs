@@ -163,14 +163,7 @@ pub async fn run(
     );
     // Heartbeats do not concern runs; a member's health (or its leaving) concerns those
     // waiting for it.
-    let member_stream = fleethub_runtime::touched_after_sync(
-        fleethub_runtime::reflected_events(
-            Api::<MemberCluster>::all(client.clone()),
-            fleethub_runtime::watcher_config(),
-            members_writer,
-        )
-        .filter_map(triggers::member_changes(triggers::health_inputs)),
-    );
+    let member_stream = triggers::member_stream(&client, members_writer, triggers::health_inputs);
     let placement_stream = fleethub_runtime::reflected_stream(
         Api::<Placement>::all(client.clone()),
         placements_writer,

@@ -161,14 +161,7 @@ pub async fn run(
         )
         // Only a member's labels reach its Works (through overrides), not its heartbeats.
         .watches_stream(
-            fleethub_runtime::touched_after_sync(
-                fleethub_runtime::reflected_events(
-                    Api::<MemberCluster>::all(client.clone()),
-                    fleethub_runtime::watcher_config(),
-                    members_writer,
-                )
-                .filter_map(triggers::member_changes(triggers::label_inputs)),
-            ),
+            triggers::member_stream(&client, members_writer, triggers::label_inputs),
             move |m: MemberCluster| following(b3.clone(), Some(m.name_any())),
         )
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
