@@ -3,6 +3,7 @@
 
 pub use fleethub_runtime::clock;
 pub mod autoupdate;
+pub mod caches;
 mod error;
 pub mod leader;
 pub mod membership;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
+use fleethub_hub::caches::SharedCaches;
 use fleethub_hub::clock::{Clock, SystemClock};
 use fleethub_hub::leader::{LeaderElectionArgs, LeaderElector};
 use fleethub_hub::metrics::Metrics;
@@ -179,18 +180,24 @@ async fn run_controllers(
     // Each controller on a task of its own, so they use every core and none of them (nor the
     // lease renewal, polled beside this future) waits while another works: joined in one task,
     // a reconcile parsing a large UpdateRun delayed renewals until the lease was lost.
+    // MemberClusters, Bindings and Works are listed and watched once for all the controllers
+    // (each share taken before the watches start).
+    let mut caches = SharedCaches::new(&client);
     let mut tasks = AbortOnDrop(vec![
         tokio::spawn(membership::run(
             client.clone(),
             clock.clone(),
             heartbeat_stale_multiple,
             metrics.clone(),
+            caches.members.subscribe(),
             stop.clone(),
         )),
         tokio::spawn(placement::controller::run(
             client.clone(),
             clock.clone(),
             metrics.clone(),
+            caches.members.subscribe(),
+            caches.bindings.subscribe(),
             stop.clone(),
         )),
         tokio::spawn(update_run::controller::run(
@@ -198,6 +205,7 @@ async fn run_controllers(
             Api::namespaced(client.clone(), namespace),
             clock.clone(),
             metrics.clone(),
+            caches.subscribe_all(),
             stop.clone(),
         )),
         tokio::spawn(autoupdate::controller::run(
@@ -213,8 +221,15 @@ async fn run_controllers(
             metrics.clone(),
             stop.clone(),
         )),
-        tokio::spawn(work_generator::run(client, clock, metrics, stop)),
+        tokio::spawn(work_generator::run(
+            client,
+            clock,
+            metrics,
+            caches.subscribe_all(),
+            stop.clone(),
+        )),
     ]);
+    tasks.0.extend(caches.spawn(&stop));
     while !tasks.0.is_empty() {
         let (ended, i, _) = futures::future::select_all(tasks.0.iter_mut()).await;
         tasks.0.swap_remove(i);

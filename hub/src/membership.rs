@@ -248,22 +248,20 @@ pub async fn run(
     clock: Arc<dyn Clock>,
     stale_multiple: u32,
     metrics: Metrics,
+    members: fleethub_runtime::shared::Subscription<MemberCluster>,
     shutdown: CancellationToken,
 ) {
-    use kube::runtime::{WatchStreamExt, reflector};
+    use kube::runtime::WatchStreamExt;
     // Heartbeats change a MemberCluster every period; a reconcile provisions six objects, so
     // reconciling on each one costs six applies per member per period. Heartbeats of a healthy
     // member are left to the timer that judges staleness (`trigger`); the store still sees them.
-    let (reader, writer) = reflector::store();
+    let reader = members.store.clone();
     metrics.count_members_in(reader.clone());
     let recorded = provisioning_record::recorded(&client, names::CLUSTER_LABEL).await;
-    let stream = fleethub_runtime::reflected_events(
-        Api::<MemberCluster>::all(client.clone()),
-        fleethub_runtime::watcher_config(),
-        writer,
-    )
-    .applied_objects()
-    .predicate_filter(trigger, Default::default());
+    let stream = members
+        .events
+        .applied_objects()
+        .predicate_filter(trigger, Default::default());
     kube::runtime::Controller::for_stream(stream, reader)
         .with_config(kube::runtime::controller::Config::default().concurrency(MEMBER_CONCURRENCY))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })

@@ -30,6 +30,7 @@ use crate::error::{EXISTS, GONE, ok_if};
 use crate::metrics::Metrics;
 use fleethub_runtime::CACHE_WAIT;
 use fleethub_runtime::last_written::LastWritten;
+use fleethub_runtime::shared::Subscription;
 
 struct Context {
     client: Client,
@@ -78,15 +79,15 @@ pub async fn run(
     client: Client,
     clock: Arc<dyn Clock>,
     metrics: Metrics,
+    members: Subscription<MemberCluster>,
+    bindings: Subscription<Binding>,
     shutdown: CancellationToken,
 ) {
-    let (bindings, bindings_writer) = reflector::store::<Binding>();
-    let (members, members_writer) = reflector::store::<MemberCluster>();
     let (snapshots, snapshots_writer) = reflector::store::<ResourceSnapshot>();
-    let binding_stream =
-        fleethub_runtime::reflected_stream(Api::<Binding>::all(client.clone()), bindings_writer);
-    let member_stream =
-        triggers::member_stream(&client, members_writer, triggers::selection_inputs);
+    let (bindings, binding_stream) = (bindings.store.clone(), bindings.touched());
+    let members_store = members.store.clone();
+    let member_stream = triggers::member_stream(members, triggers::selection_inputs);
+    let members = members_store;
 
     let controller = fleethub_runtime::controller_for(Api::<Placement>::all(client.clone()));
     let placements = controller.store();

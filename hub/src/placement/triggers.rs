@@ -198,21 +198,13 @@ pub fn member_changes(
     }
 }
 
-/// Every MemberCluster, kept in `writer`'s store; passed on (once the store holds them) are
-/// deletions and the members whose `inputs` changed.
+/// The members a controller's share of the MemberClusters touches: deletions and the members
+/// whose `inputs` changed, each once the shared store holds it.
 pub fn member_stream(
-    client: &Client,
-    writer: kube::runtime::reflector::store::Writer<MemberCluster>,
+    members: fleethub_runtime::shared::Subscription<MemberCluster>,
     inputs: fn(&MemberCluster) -> u64,
 ) -> impl futures::Stream<Item = Result<MemberCluster, watcher::Error>> + Send + 'static {
-    fleethub_runtime::touched_after_sync(
-        fleethub_runtime::reflected_events(
-            Api::<MemberCluster>::all(client.clone()),
-            fleethub_runtime::watcher_config(),
-            writer,
-        )
-        .filter_map(member_changes(inputs)),
-    )
+    fleethub_runtime::touched_after_sync(members.events.filter_map(member_changes(inputs)))
 }
 
 /// A member's identity, labels and deletion: what overrides read of it.

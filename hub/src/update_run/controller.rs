@@ -42,6 +42,7 @@ use super::plan::{
     SiblingRun, WorkView,
 };
 use crate::Error;
+use crate::caches::Shared;
 use crate::clock::Clock;
 use crate::error::{EXISTS, GONE, ok_if};
 use crate::metrics::{Metrics, RunState, RunStateLabels};
@@ -134,6 +135,7 @@ pub async fn run(
     secrets: Api<Secret>,
     clock: Arc<dyn Clock>,
     metrics: Metrics,
+    shared: Shared,
     shutdown: CancellationToken,
 ) {
     let prometheus = match Prometheus::new() {
@@ -143,27 +145,26 @@ pub async fn run(
             return;
         }
     };
-    let (works, works_writer) = reflector::store::<Work>();
-    let (bindings, bindings_writer) = reflector::store::<Binding>();
+    let Shared {
+        members,
+        bindings,
+        works,
+    } = shared;
+    let (works, work_stream) = (works.store.clone(), works.touched());
+    let (bindings, binding_stream) = (bindings.store.clone(), bindings.touched());
     let (approvals, approvals_writer) = reflector::store::<ApprovalRequest>();
     metrics.count_approvals_in(approvals.clone());
-    let (members, members_writer) = reflector::store::<MemberCluster>();
     let (placements, placements_writer) = reflector::store::<Placement>();
 
-    let work_stream = fleethub_runtime::slim_reflected_stream(
-        Api::<Work>::all(client.clone()),
-        works_writer,
-        plan::slim_work,
-    );
-    let binding_stream =
-        fleethub_runtime::reflected_stream(Api::<Binding>::all(client.clone()), bindings_writer);
     let approval_stream = fleethub_runtime::reflected_stream(
         Api::<ApprovalRequest>::all(client.clone()),
         approvals_writer,
     );
     // Heartbeats do not concern runs; a member's health (or its leaving) concerns those
     // waiting for it.
-    let member_stream = triggers::member_stream(&client, members_writer, triggers::health_inputs);
+    let members_store = members.store.clone();
+    let member_stream = triggers::member_stream(members, triggers::health_inputs);
+    let members = members_store;
     let placement_stream = fleethub_runtime::reflected_stream(
         Api::<Placement>::all(client.clone()),
         placements_writer,

@@ -46,7 +46,7 @@ pub(super) fn writes_spec(entry: &ManagedFieldsEntry) -> bool {
 /// Of its managed fields only who writes the spec is kept, as `{"f:spec": {}}` for each such
 /// manager: all [`up_to_date`] reads. In full they are most of what is left of a slim Work, and
 /// the cache holds one Work per placement and cluster (20,000 at 10,000 members and 100 runs).
-pub(super) fn slim_work(work: &mut Work) {
+pub(crate) fn slim_work(work: &mut Work) {
     work.spec.workload.manifests = Vec::new();
     if let Some(entries) = work.metadata.managed_fields.as_mut() {
         entries.retain(writes_spec);

@@ -27,12 +27,14 @@ use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
+use crate::caches::Shared;
 use crate::clock::Clock;
 use crate::error::{GONE, ok_if};
 use crate::metrics::Metrics;
 use crate::placement::triggers;
 use crate::work_overrides::{self, Chosen, OVERRIDES_ANNOTATION, OverrideStores};
-use cached_work::{slim_work, up_to_date};
+pub(crate) use cached_work::slim_work;
+use cached_work::up_to_date;
 use fleethub_runtime::CACHE_WAIT;
 use fleethub_runtime::last_written::LastWritten;
 use snapshots::Snapshots;
@@ -77,13 +79,20 @@ pub async fn run(
     client: Client,
     clock: Arc<dyn Clock>,
     metrics: Metrics,
+    shared: Shared,
     shutdown: CancellationToken,
 ) {
-    let (works, works_writer) = reflector::store::<Work>();
+    let Shared {
+        members,
+        bindings,
+        works,
+    } = shared;
+    let member_share = members;
+    let members = member_share.store.clone();
+    let (works, work_events) = (works.store, works.events);
     let (placements, placements_writer) = reflector::store::<Placement>();
     let (cluster_overrides, cluster_overrides_writer) = reflector::store();
     let (namespaced_overrides, namespaced_overrides_writer) = reflector::store();
-    let (members, members_writer) = reflector::store::<MemberCluster>();
     let ctx = Arc::new(Context {
         client: client.clone(),
         clock,
@@ -100,7 +109,7 @@ pub async fn run(
         snapshots: Snapshots::start(client.clone(), shutdown.clone()),
     });
     let after_each = ctx.clone();
-    let controller = fleethub_runtime::controller_for(Api::<Binding>::all(client.clone()));
+    let controller = fleethub_runtime::shared::controller_for_shared(bindings);
     let bindings = controller.store();
     // A new override snapshot, or a member's new labels, reach the Works of the bindings that
     // follow the newest overrides (a run's bindings keep the snapshots it fixed).
@@ -122,11 +131,7 @@ pub async fn run(
         // each writing the Binding's status (a third of the Binding writes of a 1,000-cluster
         // run).
         .watches_stream(
-            fleethub_runtime::slim_reflected_stream(
-                Api::<Work>::all(client.clone()),
-                works_writer,
-                slim_work,
-            ),
+            fleethub_runtime::touched_after_sync(work_events),
             |w: Work| binding_of(&w),
         )
         // A placement's applyStrategy reaches its Works without a new snapshot or run.
@@ -161,7 +166,7 @@ pub async fn run(
         )
         // Only a member's labels reach its Works (through overrides), not its heartbeats.
         .watches_stream(
-            triggers::member_stream(&client, members_writer, triggers::label_inputs),
+            triggers::member_stream(member_share, triggers::label_inputs),
             move |m: MemberCluster| following(b3.clone(), Some(m.name_any())),
         )
         .graceful_shutdown_on(async move { shutdown.cancelled().await })

@@ -185,19 +185,6 @@ impl WorkView {
     }
 }
 
-/// `work` as the run controller's cache keeps it: what [`WorkView::from_work`] reads, without
-/// the manifests, the per-manifest conditions and the managed fields. The manifests are most of
-/// a Work (overrides and large workloads make them tens of kilobytes), and parsed into JSON
-/// values they take many times their size in memory: a cache of 1,000 Works of 40 KB each held
-/// 535 MiB.
-pub fn slim_work(work: &mut fleethub_crds::Work) {
-    work.spec.workload.manifests = Vec::new();
-    work.metadata.managed_fields = None;
-    if let Some(status) = work.status.as_mut() {
-        status.manifest_conditions = Vec::new();
-    }
-}
-
 /// An ApprovalRequest as the planner needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ApprovalView {
