@@ -85,9 +85,8 @@ pub async fn run(
 ) {
     let (snapshots, snapshots_writer) = reflector::store::<ResourceSnapshot>();
     let (bindings, binding_stream) = (bindings.store.clone(), bindings.touched());
-    let members_store = members.store.clone();
-    let member_stream = triggers::member_stream(members, triggers::selection_inputs);
-    let members = members_store;
+    let member_stream = triggers::member_stream(members.events, triggers::selection_inputs);
+    let members = members.store;
 
     let controller = fleethub_runtime::controller_for(Api::<Placement>::all(client.clone()));
     let placements = controller.store();

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use fleethub_crds::conditions::find;
 use fleethub_crds::member_cluster::{HEALTHY, JOINED};
 use fleethub_crds::{MemberCluster, PhasedRollout, Placement};
 use futures::{StreamExt, stream};
@@ -198,13 +199,16 @@ pub fn member_changes(
     }
 }
 
-/// The members a controller's share of the MemberClusters touches: deletions and the members
-/// whose `inputs` changed, each once the shared store holds it.
+/// The members that the events of a controller's share of the MemberClusters touch: deletions
+/// and the members whose `inputs` changed, each once the shared store holds it.
 pub fn member_stream(
-    members: fleethub_runtime::shared::Subscription<MemberCluster>,
+    events: futures::stream::BoxStream<
+        'static,
+        Result<watcher::Event<MemberCluster>, watcher::Error>,
+    >,
     inputs: fn(&MemberCluster) -> u64,
 ) -> impl futures::Stream<Item = Result<MemberCluster, watcher::Error>> + Send + 'static {
-    fleethub_runtime::touched_after_sync(members.events.filter_map(member_changes(inputs)))
+    fleethub_runtime::touched_after_sync(events.filter_map(member_changes(inputs)))
 }
 
 /// A member's identity, labels and deletion: what overrides read of it.
@@ -243,11 +247,7 @@ fn identity_and_labels(member: &MemberCluster) -> std::collections::hash_map::De
 
 /// The status (`True`, `False`, `Unknown`) of `member`'s condition `type_`, if it has one.
 fn condition_status<'a>(member: &'a MemberCluster, type_: &str) -> Option<&'a str> {
-    let conditions = &member.status.as_ref()?.conditions;
-    conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| c.status.as_str())
+    find(&member.status.as_ref()?.conditions, type_).map(|c| c.status.as_str())
 }
 
 #[cfg(test)]

@@ -162,9 +162,8 @@ pub async fn run(
     );
     // Heartbeats do not concern runs; a member's health (or its leaving) concerns those
     // waiting for it.
-    let members_store = members.store.clone();
-    let member_stream = triggers::member_stream(members, triggers::health_inputs);
-    let members = members_store;
+    let member_stream = triggers::member_stream(members.events, triggers::health_inputs);
+    let members = members.store;
     let placement_stream = fleethub_runtime::reflected_stream(
         Api::<Placement>::all(client.clone()),
         placements_writer,
@@ -178,33 +177,25 @@ pub async fn run(
         |r: &UpdateRun| r.spec.placement_name.clone(),
     );
     let runs = controller.store();
-    let by_placement = |runs: Store<UpdateRun>| {
+    // The unfinished runs of a placement that `also` holds for.
+    let by_placement = |runs: Store<UpdateRun>, also: fn(&UpdateRun) -> bool| {
         move |placement: &str| -> Vec<ObjectRef<UpdateRun>> {
             runs.state()
                 .iter()
-                .filter(|r| r.spec.placement_name == placement && !finished(r))
+                .filter(|r| r.spec.placement_name == placement && !finished(r) && also(r))
                 .map(|r| ObjectRef::from_obj(r.as_ref()))
                 .collect()
         }
     };
-    let for_work = by_placement(runs.clone());
-    let for_binding = by_placement(runs.clone());
-    let for_run = by_placement(runs.clone());
-    let for_placement = by_placement(runs.clone());
-    let uninitialized = {
-        let runs = runs.clone();
-        move |placement: &str| -> Vec<ObjectRef<UpdateRun>> {
-            runs.state()
-                .iter()
-                .filter(|r| r.spec.placement_name == placement && !finished(r))
-                .filter(|r| {
-                    let conditions = r.status.as_ref().map(|s| s.conditions.as_slice());
-                    !is_true(conditions.unwrap_or_default(), INITIALIZED)
-                })
-                .map(|r| ObjectRef::from_obj(r.as_ref()))
-                .collect()
-        }
-    };
+    let any: fn(&UpdateRun) -> bool = |_| true;
+    let for_work = by_placement(runs.clone(), any);
+    let for_binding = by_placement(runs.clone(), any);
+    let for_run = by_placement(runs.clone(), any);
+    let for_placement = by_placement(runs.clone(), any);
+    let uninitialized = by_placement(runs.clone(), |r| {
+        let conditions = r.status.as_ref().map(|s| s.conditions.as_slice());
+        !is_true(conditions.unwrap_or_default(), INITIALIZED)
+    });
     let placements_seen = placements.clone();
     // A member's health matters to the runs waiting for it to become healthy (their turn came
     // while it was not); every other run reads members only when it plans.

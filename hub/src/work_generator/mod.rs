@@ -87,8 +87,8 @@ pub async fn run(
         bindings,
         works,
     } = shared;
-    let member_share = members;
-    let members = member_share.store.clone();
+    let member_stream = triggers::member_stream(members.events, triggers::label_inputs);
+    let members = members.store;
     let (works, work_events) = (works.store, works.events);
     let (placements, placements_writer) = reflector::store::<Placement>();
     let (cluster_overrides, cluster_overrides_writer) = reflector::store();
@@ -165,10 +165,9 @@ pub async fn run(
             move |_| following(b2.clone(), None),
         )
         // Only a member's labels reach its Works (through overrides), not its heartbeats.
-        .watches_stream(
-            triggers::member_stream(member_share, triggers::label_inputs),
-            move |m: MemberCluster| following(b3.clone(), Some(m.name_any())),
-        )
+        .watches_stream(member_stream, move |m: MemberCluster| {
+            following(b3.clone(), Some(m.name_any()))
+        })
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(
             |o, c| crate::error::bounded(reconcile(o, c)),
