@@ -1,6 +1,7 @@
 //! The UpdateRun controller. Each reconcile reads top to bottom: observe (the run, its caches,
 //! and before initialization its strategy, placement and snapshot) → plan (the pure planner) →
-//! report (the status, events and metrics) → act (the plan's writes). Triggered by changes of
+//! report (the status, events and metrics) → act (the plan's writes, in the background after
+//! the status, in order per run: [`acting`]). Triggered by changes of
 //! runs, Works, Bindings and ApprovalRequests (watches, not polling); requeued only for timers.
 
 use std::collections::BTreeMap;
@@ -32,6 +33,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 mod act;
+mod acting;
 mod observe;
 
 use act::act;
@@ -88,6 +90,13 @@ pub struct Context {
     /// hint, never a decision: a run planned on a stale copy is refused by the status write's
     /// resourceVersion precondition. Writes of runs that are gone are dropped.
     written: LastWritten<UpdateRun>,
+    /// Each Binding as this process' last bind of it returned it, until the cache of Bindings
+    /// holds that version or a newer one: a plan made right after a bind sees it (instead of
+    /// binding again, from a stale resourceVersion, into a conflict), and a bind a plan repeats
+    /// while an earlier plan's writes were in flight is skipped when already done.
+    bound: LastWritten<Binding>,
+    /// Each run's plan writes, in the background and in order ([`acting`]).
+    acting: acting::Queues<Error>,
 }
 
 impl Context {
@@ -102,13 +111,18 @@ impl Context {
             .map_err(Error::from)
     }
 
-    /// Forgets the writes of runs no longer in the cache (deleted, even mid-rollout).
+    /// Forgets the writes of runs no longer in the cache (deleted, even mid-rollout), and the
+    /// binds of Bindings no longer in the cache.
     fn forget_deleted_runs(&self) {
-        if self.written.is_empty() {
-            return;
+        let exists = |name: &str| self.runs.get(&ObjectRef::new(name)).is_some();
+        self.acting.prune(exists);
+        if !self.written.is_empty() {
+            self.written.retain(|name, _| exists(name));
         }
-        self.written
-            .retain(|name, _| self.runs.get(&ObjectRef::new(name)).is_some());
+        if !self.bound.is_empty() {
+            self.bound
+                .retain(|name, _| self.bindings.get(&ObjectRef::new(name)).is_some());
+        }
     }
 
     /// Whether every cache is complete, waiting for them together at most [`CACHE_WAIT`]:
@@ -216,6 +230,12 @@ pub async fn run(
     };
     let (events, mut to_publish) =
         tokio::sync::mpsc::channel::<(Event, ObjectReference)>(EVENT_BACKLOG);
+    // Runs whose background writes failed: their next reconcile reports it and plans again.
+    let (retry, retries) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let retries = futures::stream::unfold(retries, |mut rx| async move {
+        let name = rx.recv().await?;
+        Some((ObjectRef::<UpdateRun>::new(&name), rx))
+    });
     let recorder = Recorder::new(client.clone(), Reporter::from("fleethub-hub"));
     // One publisher, so a run's events keep their order.
     let publisher = tokio::spawn(async move {
@@ -240,8 +260,11 @@ pub async fn run(
         secrets,
         errors: FailureBackoff::new(ERROR_BACKOFF),
         written: LastWritten::slimmed_by(fleethub_runtime::strip_managed_fields),
+        bound: LastWritten::slimmed_by(fleethub_runtime::strip_managed_fields),
+        acting: acting::Queues::new(retry),
     });
     let after_each = ctx.clone();
+    let stopped = ctx.clone();
 
     controller
         .watches_stream(member_stream, waiting_for_member)
@@ -269,6 +292,7 @@ pub async fn run(
         .watches_stream(approval_stream, |a: ApprovalRequest| {
             Some(ObjectRef::<UpdateRun>::new(&a.spec.parent_stage_rollout))
         })
+        .reconcile_on(retries)
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(
             |run, ctx| async move {
@@ -289,6 +313,8 @@ pub async fn run(
             std::future::ready(())
         })
         .await;
+    // Not leading any more (or stopping): the writes still queued are another process' now.
+    stopped.acting.abort_all();
     publisher.abort();
 }
 
@@ -348,10 +374,16 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
         ctx.written.forget(&name);
         return Ok(Requeue::await_change());
     }
+    if let Some(e) = ctx.acting.take_failure(&name) {
+        // The last plan's writes failed in the background: fail as that reconcile would have
+        // (the retry backs off); the next plan repeats what is missing.
+        return Err(e);
+    }
     if !ctx.caches_ready().await {
         tracing::info!("caches still listing after {CACHE_WAIT:?}; retrying");
         return Ok(Requeue::requeue(CACHE_WAIT));
     }
+    let started = std::time::Instant::now();
     let lookups = look_up(&ctx, &run).await?;
     let mut observed = observe(&ctx, &run, &lookups);
     let mut plan = plan::plan(&observed);
@@ -372,8 +404,24 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
     // (at 1,000 clusters, a stage's next Bindings took 0.2–1.5 s). A crash or a failed write
     // after it loses some of the actions, never the record: the next plan repeats what is
     // missing (a started cluster's Binding, an ApprovalRequest, its acceptance, an unbind).
+    let planned = started.elapsed();
     let requeue = report(&ctx, &run, &plan).await?;
-    act(&ctx, &run, &plan.actions).await?;
+    tracing::debug!(
+        plan_ms = planned.as_millis() as u64,
+        status_ms = (started.elapsed() - planned).as_millis() as u64,
+        actions = plan.actions.len(),
+        "reconciled"
+    );
+    if !plan.actions.is_empty() {
+        // The next reports need not wait for these writes to be recorded (see [`acting`]).
+        let (writer, run, actions) = (ctx.clone(), run.clone(), plan.actions);
+        ctx.acting.enqueue(&name, async move {
+            let started = std::time::Instant::now();
+            act(&writer, &run, &actions).await?;
+            tracing::debug!(run = %run.name_any(), actions = actions.len(), act_ms = started.elapsed().as_millis() as u64, "plan written");
+            Ok(())
+        });
+    }
     Ok(requeue)
 }
 

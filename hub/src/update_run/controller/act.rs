@@ -1,6 +1,7 @@
 //! The plan's writes: Bindings pointed at the run's snapshot (never created), ApprovalRequests
 //! created and accepted, Bindings of unselected clusters deleted.
 
+use fleethub_runtime::last_written::Newest;
 use futures::TryStreamExt;
 
 use super::*;
@@ -50,13 +51,12 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
                     .clone(),
                 resource_override_snapshots: frozen.resource_override_snapshots.clone(),
             };
-            bind(
-                ctx,
-                &names::binding_name(placement, cluster),
-                &spec,
-                resource_version,
-            )
-            .await?;
+            let name = names::binding_name(placement, cluster);
+            if already_bound(ctx, &name, &spec) {
+                // A plan made while an earlier plan's writes were in flight repeats them.
+                return Ok(());
+            }
+            bind(ctx, &name, &spec, resource_version).await?;
         }
         Action::CreateApproval { name, stage } => {
             let approvals: Api<ApprovalRequest> = Api::all(ctx.client.clone());
@@ -136,7 +136,10 @@ async fn bind(
             "spec": spec_json,
         });
         match bindings.patch(name, &params, &Patch::Merge(&body)).await {
-            Ok(_) => return Ok(()),
+            Ok(bound) => {
+                ctx.bound.record(name, bound);
+                return Ok(());
+            }
             Err(kube::Error::Api(s)) if s.code == GONE => return Ok(()),
             Err(kube::Error::Api(s)) if s.code == 409 && attempt == 0 => {}
             Err(e) => return Err(e.into()),
@@ -151,4 +154,21 @@ async fn bind(
         }
     }
     Ok(())
+}
+
+/// Whether the newest copy of Binding `name` this process knows (the cache's, or the answer to
+/// its own last bind) already carries everything `spec` sets.
+fn already_bound(ctx: &Context, name: &str, spec: &BindingSpec) -> bool {
+    let cached = ctx.bindings.get(&ObjectRef::new(name));
+    let Newest::Object(binding) = ctx.bound.newest(name, cached) else {
+        return false;
+    };
+    let b = &binding.spec;
+    binding.metadata.deletion_timestamp.is_none()
+        && b.state == spec.state
+        && b.resource_snapshot_index == spec.resource_snapshot_index
+        && b.update_run_name == spec.update_run_name
+        && b.health_timeout == spec.health_timeout
+        && b.cluster_resource_override_snapshots == spec.cluster_resource_override_snapshots
+        && b.resource_override_snapshots == spec.resource_override_snapshots
 }

@@ -4,6 +4,8 @@
 
 use std::collections::HashSet;
 
+use fleethub_runtime::last_written::Newest;
+
 use super::*;
 
 /// What a run reads from the API server only until it is initialized (afterwards its status
@@ -123,8 +125,14 @@ pub(super) fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookup
         .bindings
         .state()
         .iter()
-        .filter(|b| &b.spec.placement_name == placement && b.metadata.deletion_timestamp.is_none())
-        .map(|b| BindingView::from_binding(b))
+        .filter(|b| &b.spec.placement_name == placement)
+        // A bind this process made that the cache does not show yet.
+        .map(|b| match ctx.bound.newest(&b.name_any(), Some(b.clone())) {
+            Newest::Object(newest) => newest,
+            Newest::Absent | Newest::Unknown => b.clone(),
+        })
+        .filter(|b| b.metadata.deletion_timestamp.is_none())
+        .map(|b| BindingView::from_binding(&b))
         .collect();
     // Only the members the run concerns, looked up by name: a reconcile copied every member's
     // labels, and at 10,000 members with 100 runs reconciling at once those copies held over a
