@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleethub_crds::apply::StatusApply;
 use fleethub_crds::approval::{self, ApprovalRequestSpec, ApprovalRequestStatus};
 use fleethub_crds::binding::{BindingSpec, BindingState, OverrideSnapshots};
 use fleethub_crds::conditions::{TRUE, find, is_true};
@@ -24,7 +23,7 @@ use fleethub_crds::{
 };
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -445,11 +444,25 @@ async fn report(ctx: &Context, run: &UpdateRun, plan: &Plan) -> Result<Requeue, 
     let name = run.name_any();
     if Some(&plan.status) != run.status.as_ref() {
         let runs: Api<UpdateRun> = Api::all(ctx.client.clone());
+        // The whole status, replaced (this controller is its only writer): an update, not an
+        // apply, so the API server neither parses the body as YAML (kube sends applies as
+        // `application/apply-patch+yaml`) nor merges it field by field, and this write is on
+        // the path of every member's report (at 1,000 clusters the status is ~70 KB).
         // Optimistic concurrency: the resourceVersion makes a write from a stale view fail.
-        let body = StatusApply::new::<UpdateRun>(&name, None, &plan.status)
-            .at_version(run.metadata.resource_version.clone());
-        let apply = PatchParams::apply(FIELD_MANAGER).force();
-        match runs.patch_status(&name, &apply, &Patch::Apply(&body)).await {
+        let body = UpdateRun {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                resource_version: run.metadata.resource_version.clone(),
+                ..ObjectMeta::default()
+            },
+            spec: run.spec.clone(),
+            status: Some(plan.status.clone()),
+        };
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..PostParams::default()
+        };
+        match runs.replace_status(&name, &params, &body).await {
             Ok(w) => ctx.written.record(&name, w),
             Err(e) => {
                 ctx.written.forget(&name);

@@ -1,6 +1,7 @@
 //! The plan's writes: Bindings pointed at the run's snapshot (never created), ApprovalRequests
 //! created and accepted, Bindings of unselected clusters deleted.
 
+use fleethub_crds::apply::StatusApply;
 use fleethub_runtime::last_written::Newest;
 use futures::TryStreamExt;
 
