@@ -455,6 +455,7 @@ async fn report(ctx: &Context, run: &UpdateRun, plan: &Plan) -> Result<Requeue, 
                 resource_version: run.metadata.resource_version.clone(),
                 ..ObjectMeta::default()
             },
+            // The status subresource ignores the spec; it is sent only because the type has one.
             spec: run.spec.clone(),
             status: Some(plan.status.clone()),
         };

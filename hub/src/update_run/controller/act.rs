@@ -117,15 +117,7 @@ async fn bind(
     resource_version: &str,
 ) -> Result<(), Error> {
     let bindings: Api<Binding> = Api::all(ctx.client.clone());
-    // Every field the run sets, absent ones as null so they are cleared.
-    let spec_json = serde_json::json!({
-        "state": spec.state,
-        "resourceSnapshotIndex": spec.resource_snapshot_index,
-        "updateRunName": spec.update_run_name,
-        "healthTimeout": spec.health_timeout,
-        "clusterResourceOverrideSnapshots": spec.cluster_resource_override_snapshots,
-        "resourceOverrideSnapshots": spec.resource_override_snapshots,
-    });
+    let spec_json = run_fields(spec);
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.to_string()),
         ..Default::default()
@@ -164,12 +156,17 @@ fn already_bound(ctx: &Context, name: &str, spec: &BindingSpec) -> bool {
     let Newest::Object(binding) = ctx.bound.newest(name, cached) else {
         return false;
     };
-    let b = &binding.spec;
-    binding.metadata.deletion_timestamp.is_none()
-        && b.state == spec.state
-        && b.resource_snapshot_index == spec.resource_snapshot_index
-        && b.update_run_name == spec.update_run_name
-        && b.health_timeout == spec.health_timeout
-        && b.cluster_resource_override_snapshots == spec.cluster_resource_override_snapshots
-        && b.resource_override_snapshots == spec.resource_override_snapshots
+    binding.metadata.deletion_timestamp.is_none() && run_fields(&binding.spec) == run_fields(spec)
+}
+
+/// Every field of a Binding's spec a run sets, absent ones as null (so a bind clears them).
+fn run_fields(spec: &BindingSpec) -> serde_json::Value {
+    serde_json::json!({
+        "state": spec.state,
+        "resourceSnapshotIndex": spec.resource_snapshot_index,
+        "updateRunName": spec.update_run_name,
+        "healthTimeout": spec.health_timeout,
+        "clusterResourceOverrideSnapshots": spec.cluster_resource_override_snapshots,
+        "resourceOverrideSnapshots": spec.resource_override_snapshots,
+    })
 }
