@@ -12,12 +12,13 @@ use std::time::Duration;
 use fleethub_crds::conditions::{FALSE, NewCondition, TRUE, UNKNOWN, set_condition};
 use fleethub_crds::field_manager::MEMBERSHIP as FIELD_MANAGER;
 use fleethub_crds::member_cluster::{
-    AGENT_ROLE, DEFAULT_HEARTBEAT_PERIOD, HEALTHY, MemberClusterStatus, reason,
+    AGENT_LEASE, AGENT_ROLE, DEFAULT_HEARTBEAT_PERIOD, HEALTHY, MemberClusterStatus, reason,
 };
 use fleethub_crds::{GROUP, MemberCluster, Work, names};
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::Resource as _;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
@@ -25,6 +26,7 @@ use k8s_openapi::api::rbac::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -114,6 +116,20 @@ pub fn provisioned_objects(member: &MemberCluster) -> Provisioned {
                     api_groups: Some(vec![String::new(), "events.k8s.io".into()]),
                     resources: Some(vec!["events".into()]),
                     verbs: vec!["create".into(), "patch".into()],
+                    ..Default::default()
+                },
+                // The heartbeat: the agent creates its Lease, then renews only that one.
+                PolicyRule {
+                    api_groups: Some(vec![Lease::GROUP.into()]),
+                    resources: Some(vec![Lease::URL_PATH_SEGMENT.into()]),
+                    verbs: vec!["create".into()],
+                    ..Default::default()
+                },
+                PolicyRule {
+                    api_groups: Some(vec![Lease::GROUP.into()]),
+                    resources: Some(vec![Lease::URL_PATH_SEGMENT.into()]),
+                    resource_names: Some(vec![AGENT_LEASE.into()]),
+                    verbs: vec!["get".into(), "update".into()],
                     ..Default::default()
                 },
             ]),
@@ -211,6 +227,9 @@ pub fn judge_health(
 struct Context {
     client: Client,
     clock: Arc<dyn Clock>,
+    /// The agents' heartbeat Leases (those labelled with a member's name; each is read only
+    /// from its member's own namespace, where only that member's agent may write).
+    leases: Store<Lease>,
     stale_multiple: u32,
     /// When this process last applied each member's provisioned objects, by member UID. They
     /// depend only on the member's name and UID, so a reconcile for its health alone (a
@@ -262,7 +281,17 @@ pub async fn run(
         .events
         .applied_objects()
         .predicate_filter(trigger, Default::default());
+    let (leases, lease_writer) = kube::runtime::reflector::store();
+    let (renewed, came_back) = futures::channel::mpsc::unbounded();
+    let lease_watch = tokio::spawn(follow_leases(
+        Api::all(client.clone()),
+        lease_writer,
+        reader.clone(),
+        renewed,
+        shutdown.clone(),
+    ));
     kube::runtime::Controller::for_stream(stream, reader)
+        .reconcile_on(came_back)
         .with_config(kube::runtime::controller::Config::default().concurrency(MEMBER_CONCURRENCY))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(
@@ -271,6 +300,7 @@ pub async fn run(
             Arc::new(Context {
                 client,
                 clock,
+                leases,
                 stale_multiple,
                 provisioned: Default::default(),
                 recorded: std::sync::Mutex::new(recorded),
@@ -284,6 +314,67 @@ pub async fn run(
             std::future::ready(())
         })
         .await;
+    lease_watch.abort();
+}
+
+/// Fills the store of the agents' Leases (labelled with a member's name), and asks for a
+/// reconcile of a member whose renewed Lease may change the hub's verdict: one not `Healthy`
+/// yet (coming back, or just joined). A healthy member's renewals are read by the reconcile its
+/// staleness timer triggers, as its MemberCluster's heartbeats are.
+async fn follow_leases(
+    api: Api<Lease>,
+    writer: kube::runtime::reflector::store::Writer<Lease>,
+    members: Store<MemberCluster>,
+    renewed: futures::channel::mpsc::UnboundedSender<ObjectRef<MemberCluster>>,
+    shutdown: CancellationToken,
+) {
+    use kube::runtime::WatchStreamExt;
+    let config = fleethub_runtime::watcher_config().labels(names::CLUSTER_LABEL);
+    let events = fleethub_runtime::reflected_events(api, config, writer).applied_objects();
+    let mut events = std::pin::pin!(events);
+    loop {
+        let lease = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            next = events.next() => match next {
+                None => return,
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "watching the agents' Leases failed; retrying");
+                    continue;
+                }
+                Some(Ok(lease)) => lease,
+            },
+        };
+        let Some(member) = lease.namespace().and_then(|ns| {
+            ns.strip_prefix(names::MEMBER_NAMESPACE_PREFIX)
+                .map(str::to_string)
+        }) else {
+            continue;
+        };
+        let member = ObjectRef::new(&member);
+        let healthy = members.get(&member).is_some_and(|m| {
+            m.status
+                .as_ref()
+                .is_some_and(|s| fleethub_crds::conditions::is_true(&s.conditions, HEALTHY))
+        });
+        if !healthy && lease.name_any() == AGENT_LEASE && renewed.unbounded_send(member).is_err() {
+            return;
+        }
+    }
+}
+
+/// The member's last heartbeat: the newer of its agent's Lease renewal and its status's
+/// `lastHeartbeatTime` (what agents older than Leases write every period).
+fn last_heartbeat(member: &MemberCluster, leases: &Store<Lease>) -> Option<Timestamp> {
+    let lease =
+        ObjectRef::<Lease>::new(AGENT_LEASE).within(&names::member_namespace(&member.name_any()));
+    let renewed = leases
+        .get(&lease)
+        .and_then(|l| l.spec.as_ref()?.renew_time.as_ref().map(|t| t.0));
+    let reported = member
+        .status
+        .as_ref()
+        .and_then(|s| s.last_heartbeat_time.as_ref().map(|t| t.0));
+    renewed.max(reported)
 }
 
 /// What about a MemberCluster warrants a reconcile: its spec, labels, identity and deletion,
@@ -353,6 +444,14 @@ async fn reconcile(member: Arc<MemberCluster>, ctx: Arc<Context>) -> Result<Requ
         }
     }
 
+    // Right after a start, the Leases must be listed before any member is judged from them.
+    if !fleethub_runtime::ready_within(fleethub_runtime::CACHE_WAIT, || {
+        ctx.leases.wait_until_ready()
+    })
+    .await
+    {
+        return Ok(Requeue::requeue(fleethub_runtime::CACHE_WAIT));
+    }
     let status = member.status.clone().unwrap_or_default();
     let period = member
         .spec
@@ -361,7 +460,7 @@ async fn reconcile(member: Arc<MemberCluster>, ctx: Arc<Context>) -> Result<Requ
             Duration::from_secs(s.max(1) as u64)
         });
     let (state, reason, message, stale_at) = judge_health(
-        status.last_heartbeat_time.as_ref().map(|t| t.0),
+        last_heartbeat(&member, &ctx.leases),
         period,
         ctx.stale_multiple,
         now,

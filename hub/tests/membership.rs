@@ -1,14 +1,15 @@
 //! Membership on the real hub: a MemberCluster gets its namespace and an agent identity that can
 //! reach only its own Works and status (RBAC, checked by impersonation); its health follows its
-//! heartbeat; deleting it cleans up.
+//! heartbeat (its Lease, or its status from agents older than Leases); deleting it cleans up.
 
 use std::time::Duration;
 
 use fleethub_crds::MemberCluster;
 use fleethub_crds::conditions::find;
-use fleethub_crds::member_cluster::MemberClusterSpec;
+use fleethub_crds::member_cluster::{AGENT_LEASE, MemberClusterSpec, agent_lease};
 use fleethub_crds::{Work, names};
 use fleethub_testkit::{Cleanup, Fleet, unique_name, wait_deleted, wait_for};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -126,6 +127,49 @@ async fn a_member_gets_an_isolated_identity_health_and_clean_up() {
         c.message.contains("expected every 1s; unhealthy after 3s"),
         "{}",
         c.message
+    );
+
+    // A renewal of the agent's Lease alone is a heartbeat: the member comes back without a
+    // status write, and goes stale again when the renewals stop.
+    let own_leases: Api<Lease> = Api::namespaced(agent_a.clone(), &names::member_namespace(&a));
+    let period = Duration::from_secs(1);
+    let lease = agent_lease(None, &a, "test", period, jiff::Timestamp::now());
+    let lease = own_leases
+        .create(&PostParams::default(), &lease)
+        .await
+        .expect("the agent may create its Lease");
+    wait_for(
+        &members,
+        &a,
+        "Healthy=True from the Lease",
+        TIMEOUT,
+        healthy("HeartbeatFresh"),
+    )
+    .await
+    .unwrap();
+    let lease = agent_lease(Some(lease), &a, "test", period, jiff::Timestamp::now());
+    own_leases
+        .replace(AGENT_LEASE, &PostParams::default(), &lease)
+        .await
+        .expect("the agent may renew its Lease");
+    wait_for(
+        &members,
+        &a,
+        "Healthy=False after the renewals stop",
+        TIMEOUT,
+        healthy("HeartbeatStale"),
+    )
+    .await
+    .unwrap();
+    let other_leases: Api<Lease> = Api::namespaced(agent_a.clone(), &names::member_namespace(&b));
+    let forged = agent_lease(None, &b, "test", period, jiff::Timestamp::now());
+    forbidden(
+        other_leases.create(&PostParams::default(), &forged).await,
+        "creating member b's Lease",
+    );
+    forbidden(
+        own_leases.get("fleethub-hub").await,
+        "reading another Lease of its own namespace",
     );
 
     // Isolation: a's agent reaches its own Works and status, nothing of b's.

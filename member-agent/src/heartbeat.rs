@@ -1,7 +1,10 @@
-//! Joining the hub and heartbeating: every heartbeat period the agent writes its MemberCluster's
-//! status (server-side apply, status subresource): `Joined=True`, the heartbeat time, its own and
-//! the member's Kubernetes version, the node count and the nodes' summed allocatable resources.
-//! It never writes `Healthy` (the hub judges heartbeat freshness) and never creates the
+//! Joining the hub and heartbeating. Every heartbeat period the agent renews its Lease
+//! `member-agent` in its member's hub namespace (`fleet-member-<name>`): the hub judges the
+//! member `Healthy` from its `renewTime`. The MemberCluster's status (server-side apply, status
+//! subresource: `Joined=True`, the time of the report, its own and the member's Kubernetes
+//! version, the node count and the nodes' summed allocatable resources) is written when any of
+//! it changes and at least every [`STATUS_REPORT_PERIOD`]; against a hub that does not grant
+//! the Lease, every heartbeat. The agent never writes `Healthy` and never creates the
 //! MemberCluster: while it does not exist, the agent is not ready and retries with backoff.
 
 use std::collections::BTreeMap;
@@ -13,14 +16,17 @@ use fleethub_crds::conditions::{self, NewCondition, set_condition};
 use fleethub_crds::field_manager::MEMBER_AGENT;
 use fleethub_crds::member_cluster::reason::AGENT_JOINED;
 use fleethub_crds::member_cluster::{
-    DEFAULT_HEARTBEAT_PERIOD, JOINED, MemberClusterSpec, MemberClusterStatus,
+    AGENT_LEASE, DEFAULT_HEARTBEAT_PERIOD, JOINED, MemberClusterSpec, MemberClusterStatus,
+    agent_lease,
 };
+use fleethub_crds::names;
 use fleethub_runtime::Health;
 use fleethub_runtime::retry::ERROR_BACKOFF;
 use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{GetParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
 use serde_json::json;
 use tokio::sync::oneshot;
@@ -113,6 +119,49 @@ pub fn period(spec: &MemberClusterSpec, override_period: Option<Duration>) -> Du
         .unwrap_or(DEFAULT_HEARTBEAT_PERIOD)
 }
 
+/// The longest the agent leaves its MemberCluster's status unwritten while nothing in it
+/// changes (its `lastHeartbeatTime` then says when it was last confirmed). Liveness is the
+/// Lease, renewed every period; the status is written when it changes and at least this often,
+/// as a kubelet reports its Node's status.
+pub const STATUS_REPORT_PERIOD: Duration = Duration::from_secs(300);
+
+/// Whether the status the agent would write says something `current` (the MemberCluster's
+/// status as read) does not: one of the agent's own fields differs, or `current` was confirmed
+/// longer than [`STATUS_REPORT_PERIOD`] before `now`.
+pub fn status_due(
+    current: Option<&MemberClusterStatus>,
+    ours: &MemberClusterStatus,
+    now: Timestamp,
+) -> bool {
+    let Some(current) = current else {
+        return true;
+    };
+    let joined = |s: &MemberClusterStatus| {
+        conditions::find(&s.conditions, JOINED)
+            .map(|c| (c.status.clone(), c.reason.clone(), c.observed_generation))
+    };
+    let confirmed = current
+        .last_heartbeat_time
+        .as_ref()
+        .is_some_and(|t| now.duration_since(t.0).unsigned_abs() < STATUS_REPORT_PERIOD);
+    !confirmed
+        || joined(current) != joined(ours)
+        || current.agent_version != ours.agent_version
+        || current.kubernetes_version != ours.kubernetes_version
+        || current.node_count != ours.node_count
+        || current.allocatable != ours.allocatable
+}
+
+/// What one heartbeat carries over to the next.
+#[derive(Default)]
+pub struct Beats {
+    /// The agent's Lease as the last renewal returned it.
+    lease: Option<Lease>,
+    /// The hub refused the Lease (an older hub that does not grant it): the status carries
+    /// every heartbeat instead, as before Leases.
+    lease_refused: bool,
+}
+
 /// Writes the heartbeats of one member.
 pub struct Heartbeat {
     /// Client of the hub.
@@ -130,24 +179,28 @@ pub struct Heartbeat {
 }
 
 impl Heartbeat {
-    /// Writes one heartbeat; returns the period until the next one. `last` is the
-    /// MemberCluster as the previous heartbeat's write returned it (its spec, generation and
-    /// the agent's own conditions are what this one needs), or `None` to read it first (the
-    /// first heartbeat, and the one after a failure); it becomes what this write returned. One
-    /// request a period instead of two: at 1,000 members, heartbeats were the hub API server's
-    /// most frequent requests.
-    pub async fn beat(&self, last: &mut Option<MemberCluster>) -> Result<Duration, Error> {
+    /// Writes one heartbeat; returns the period until the next one. A heartbeat renews the
+    /// agent's Lease `member-agent` in the member's hub namespace (a small built-in object,
+    /// written with an update), and writes the MemberCluster's status only when
+    /// [`status_due`]: at 1,000 members a status apply every period was the hub API server's
+    /// most frequent request. The MemberCluster is read from the API server's watch cache for
+    /// its spec (the period) and its status (what is already reported).
+    pub async fn beat(&self, beats: &mut Beats) -> Result<Duration, Error> {
         let name = &self.member_name;
         let api: Api<MemberCluster> = Api::all(self.hub.clone());
         let missing = || Error::MemberClusterMissing(name.clone());
-        let mc = match last.take() {
-            Some(mc) => mc,
-            None => api
-                .get_opt(name)
-                .await
-                .map_err(Error::hub(format!("reading MemberCluster {name}")))?
-                .ok_or_else(missing)?,
+        // The first read, and the one after a failure, is consistent: a MemberCluster just
+        // created may not be in the API server's cache yet.
+        let params = match beats.lease {
+            Some(_) => GetParams::any(),
+            None => GetParams::default(),
         };
+        let mc = match api.get_with(name, &params).await {
+            Ok(mc) => mc,
+            Err(e) if crate::error::is_not_found(&e) => return Err(missing()),
+            Err(e) => return Err(Error::hub(format!("reading MemberCluster {name}"))(e)),
+        };
+        let period = period(&mc.spec, self.period_override);
         let version = self
             .member
             .apiserver_version()
@@ -168,13 +221,83 @@ impl Heartbeat {
             &observation,
             now,
         );
+        let renewed = if beats.lease_refused {
+            false
+        } else {
+            match self.renew(beats, period, now).await {
+                Ok(()) => true,
+                Err(e) if matches!(&e, kube::Error::Api(s) if s.code == 403) => {
+                    tracing::warn!(member = %name, error = %crate::error::describe(&e),
+                        "the hub does not let this agent renew its Lease (an older hub?): heartbeats go to the MemberCluster's status");
+                    beats.lease_refused = true;
+                    false
+                }
+                Err(e) => {
+                    return Err(Error::hub(format!("renewing the Lease of member {name}"))(
+                        e,
+                    ));
+                }
+            }
+        };
+        if !renewed || status_due(mc.status.as_ref(), &status, now) {
+            self.write_status(&status).await?;
+            tracing::debug!(member = %name, nodes = status.node_count, "status written");
+        }
+        self.metrics.heartbeat(true, now);
+        Ok(period)
+    }
+
+    /// Renews the agent's Lease: an update carrying the resourceVersion last seen, a create
+    /// when there is none. A conflict (someone else wrote it, or created it meanwhile) or a
+    /// 404 (it was deleted) reads it again and retries once.
+    async fn renew(
+        &self,
+        beats: &mut Beats,
+        period: Duration,
+        now: Timestamp,
+    ) -> Result<(), kube::Error> {
+        let name = &self.member_name;
+        let leases: Api<Lease> = Api::namespaced(self.hub.clone(), &names::member_namespace(name));
+        let mut retried = false;
+        loop {
+            let previous = match beats.lease.take() {
+                Some(lease) => Some(lease),
+                None => leases.get_opt(AGENT_LEASE).await?,
+            };
+            let lease = agent_lease(previous, name, &agent_identity(name), period, now);
+            let written = if lease.metadata.resource_version.is_some() {
+                leases
+                    .replace(AGENT_LEASE, &PostParams::default(), &lease)
+                    .await
+            } else {
+                leases.create(&PostParams::default(), &lease).await
+            };
+            match written {
+                Ok(lease) => {
+                    beats.lease = Some(lease);
+                    return Ok(());
+                }
+                Err(e)
+                    if !retried
+                        && (crate::error::is_conflict(&e) || crate::error::is_not_found(&e)) =>
+                {
+                    retried = true;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Server-side applies the agent's fields of the MemberCluster's status.
+    async fn write_status(&self, status: &MemberClusterStatus) -> Result<(), Error> {
+        let name = &self.member_name;
         let patch = json!({
             "apiVersion": MemberCluster::api_version(&()),
             "kind": MemberCluster::kind(&()),
             "metadata": {"name": name},
             "status": status,
         });
-        let written = api
+        Api::<MemberCluster>::all(self.hub.clone())
             .patch_status(
                 name,
                 &PatchParams::apply(MEMBER_AGENT).force(),
@@ -183,16 +306,12 @@ impl Heartbeat {
             .await
             .map_err(|e| {
                 if crate::error::is_not_found(&e) {
-                    missing()
+                    Error::MemberClusterMissing(name.clone())
                 } else {
                     Error::hub(format!("writing the status of MemberCluster {name}"))(e)
                 }
             })?;
-        self.metrics.heartbeat(true, now);
-        tracing::debug!(member = %name, nodes = status.node_count, "heartbeat written");
-        let period = period(&written.spec, self.period_override);
-        *last = Some(written);
-        Ok(period)
+        Ok(())
     }
 
     /// Heartbeats until `shutdown`, recording the outcome as readiness check
@@ -205,9 +324,9 @@ impl Heartbeat {
     ) {
         let mut joined = Some(joined);
         let mut failures: u32 = 0;
-        let mut last = None;
+        let mut beats = Beats::default();
         loop {
-            let wait = match self.beat(&mut last).await {
+            let wait = match self.beat(&mut beats).await {
                 Ok(period) => {
                     if let Some(tx) = joined.take() {
                         tracing::info!(member = %self.member_name, ?period, "joined the hub");
@@ -234,6 +353,14 @@ impl Heartbeat {
             }
         }
     }
+}
+
+/// The holder the agent writes into its Lease: its pod (`POD_NAME`) or host, with the member.
+fn agent_identity(member: &str) -> String {
+    std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .map(|host| format!("{member}/{host}"))
+        .unwrap_or_else(|_| member.to_string())
 }
 
 #[cfg(test)]
@@ -325,6 +452,47 @@ mod tests {
         assert_eq!(next.conditions.len(), 1);
         assert_eq!(next.conditions[0].last_transition_time, Time(ts(100)));
         assert_eq!(next.last_heartbeat_time, Some(Time(ts(115))));
+    }
+
+    #[test]
+    fn the_status_is_written_when_it_changes_or_grows_old() {
+        let observation = Observation {
+            kubernetes_version: "v1.33.13".into(),
+            nodes: vec![node("8", "32Gi", "110"); 3],
+        };
+        let written = status(None, Some(1), &observation, ts(1_000));
+        assert!(
+            status_due(None, &written, ts(1_000)),
+            "nothing reported yet"
+        );
+        // The next heartbeats carry nothing new: the Lease is enough.
+        let again = status(Some(&written), Some(1), &observation, ts(1_015));
+        assert!(!status_due(Some(&written), &again, ts(1_015)));
+        assert!(!status_due(Some(&written), &again, ts(1_299)));
+        // ... until the report is STATUS_REPORT_PERIOD old.
+        assert!(status_due(Some(&written), &again, ts(1_300)));
+        // A node more, a new version, a new generation: written at once.
+        let mut more = observation.clone();
+        more.nodes.push(node("8", "32Gi", "110"));
+        let changed = status(Some(&written), Some(1), &more, ts(1_015));
+        assert!(status_due(Some(&written), &changed, ts(1_015)));
+        let mut upgraded = observation.clone();
+        upgraded.kubernetes_version = "v1.34.1".into();
+        let changed = status(Some(&written), Some(1), &upgraded, ts(1_015));
+        assert!(status_due(Some(&written), &changed, ts(1_015)));
+        let changed = status(Some(&written), Some(2), &observation, ts(1_015));
+        assert!(status_due(Some(&written), &changed, ts(1_015)));
+        // The hub's Healthy beside the agent's fields is not a difference.
+        let mut with_healthy = written.clone();
+        with_healthy.conditions.push(Condition {
+            type_: fleethub_crds::member_cluster::HEALTHY.into(),
+            status: conditions::TRUE.into(),
+            reason: fleethub_crds::member_cluster::reason::HEARTBEAT_FRESH.into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: Time(ts(1_001)),
+        });
+        assert!(!status_due(Some(&with_healthy), &again, ts(1_015)));
     }
 
     #[test]

@@ -13,9 +13,11 @@ use std::time::{Duration, Instant};
 use common::*;
 use fleethub_crds::MemberCluster;
 use fleethub_crds::applied_work::{AppliedWork, WORK_NAMESPACE_LABEL};
+use fleethub_crds::member_cluster::AGENT_LEASE;
 use fleethub_member_agent::{AGENT_VERSION, quantity};
 use fleethub_testkit::{Fleet, poll_until, unique_name, wait_deleted, wait_for};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
@@ -79,21 +81,41 @@ async fn joins_once_its_member_cluster_exists_and_heartbeats() {
         .collect();
     assert_eq!(status.allocatable, expected);
 
-    // The heartbeat moves on (period 1s; times have whole seconds).
-    let first = status.last_heartbeat_time.unwrap();
-    wait_for(
-        &members,
-        &m.name,
-        "the next heartbeat",
+    // The heartbeat is the agent's Lease in the member's hub namespace, renewed every period
+    // (1 s), while the unchanged status is not written again.
+    let leases: Api<Lease> = Api::namespaced(m.hub.clone(), &m.namespace);
+    let renewed = |lease: &Lease| lease.spec.as_ref().and_then(|s| s.renew_time.clone());
+    let first = wait_for(
+        &leases,
+        AGENT_LEASE,
+        "the agent's Lease",
         TIMEOUT,
-        |mc: Option<&MemberCluster>| {
-            mc.and_then(|mc| mc.status.as_ref())
-                .and_then(|s| s.last_heartbeat_time.as_ref())
-                .is_some_and(|t| *t > first)
-        },
+        |l: Option<&Lease>| l.and_then(renewed).is_some(),
     )
     .await
     .unwrap();
+    assert_eq!(
+        first
+            .labels()
+            .get("fleethub.dev/cluster")
+            .map(String::as_str),
+        Some(m.name.as_str())
+    );
+    let first = renewed(&first).unwrap();
+    wait_for(
+        &leases,
+        AGENT_LEASE,
+        "the next renewal",
+        TIMEOUT,
+        |l: Option<&Lease>| l.and_then(renewed).is_some_and(|t| t.0 > first.0),
+    )
+    .await
+    .unwrap();
+    let reported = members.get(&m.name).await.unwrap().status.unwrap();
+    assert_eq!(
+        reported.last_heartbeat_time, status.last_heartbeat_time,
+        "an unchanged status is not written every heartbeat"
+    );
     agent.wait_ready().await;
 
     drop(agent);

@@ -5,8 +5,10 @@
 
 use std::time::Duration;
 
-use fleethub_crds::MemberCluster;
+use fleethub_crds::member_cluster::AGENT_LEASE;
+use fleethub_crds::names;
 use fleethub_testkit::{Cleanup, Fleet, http_get, poll_until, unique_name, wait_deleted, wait_for};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
@@ -121,14 +123,17 @@ async fn the_agent_rides_out_hub_and_member_outages() {
     let back = jiff::Timestamp::now();
     fleet.start_control_plane().unwrap();
     let hub = fleet.hub().await.unwrap();
-    let members: Api<MemberCluster> = Api::all(hub.clone());
+    let leases: Api<Lease> = Api::namespaced(
+        hub.clone(),
+        &names::member_namespace(&format!("member-{MEMBER}")),
+    );
     wait_for(
-        &members,
-        &format!("member-{MEMBER}"),
-        "a heartbeat after the hub came back",
+        &leases,
+        AGENT_LEASE,
+        "a heartbeat (the agent's Lease renewed) after the hub came back",
         TIMEOUT,
-        move |m: Option<&MemberCluster>| {
-            m.and_then(|m| m.status.as_ref()?.last_heartbeat_time.as_ref())
+        move |l: Option<&Lease>| {
+            l.and_then(|l| l.spec.as_ref()?.renew_time.as_ref())
                 .is_some_and(|t| t.0 > back)
         },
     )

@@ -38,7 +38,7 @@ fn fleet_table(v: FleetView) -> impl IntoView {
                     <th>"Labels"</th>
                     <th>"Joined"</th>
                     <th>"Health"</th>
-                    <th>"Last heartbeat"</th>
+                    <th>"Reported"</th>
                     <th>"Kubernetes"</th>
                     <th class="num">"Nodes"</th>
                     <th>"Agent"</th>

@@ -1,9 +1,10 @@
 //! Simulated member agents: lightweight stand-ins for `fleethub-member-agent`, one per bench
 //! member, inside this process, talking to the hub API server as the real agent does:
 //!
-//! - a heartbeat every `heartbeatPeriodSeconds`: server-side apply
-//!   its status (`Joined=True`, `lastHeartbeatTime`, versions, nodes), spread evenly over the
-//!   period across members;
+//! - a heartbeat every `heartbeatPeriodSeconds`, spread evenly over the period across members,
+//!   with the real agent's requests: a read of its MemberCluster from the API server's cache, a
+//!   renewal of its Lease `member-agent`, and a server-side apply of its status (`Joined=True`,
+//!   `lastHeartbeatTime`, versions, nodes) the first time and every 5 minutes;
 //! - a watch on the member's Works (one watch per member, as real agents have, or one shared
 //!   watch over all bench members' namespaces); every new Work generation is reported at once
 //!   with `Applied=True` and `Available=True` (observedGeneration = the Work's generation) and
@@ -18,13 +19,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fleethub_crds::conditions::{find, is_true};
+use fleethub_crds::member_cluster::{AGENT_LEASE, agent_lease};
 use fleethub_crds::update_run::SUCCEEDED;
 use fleethub_crds::work::{APPLIED, AVAILABLE};
 use fleethub_crds::{MemberCluster, UpdateRun, Work, names};
 use fleethub_runtime::retry::{self, Backoff};
 use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ServiceAccount;
-use kube::api::{Patch, PatchParams};
+use kube::api::{GetParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -32,6 +35,10 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use crate::timeline::Timeline;
+
+/// How often a simulated agent rewrites its unchanged status, as the real agent does
+/// (`fleethub_member_agent::heartbeat::STATUS_REPORT_PERIOD`).
+const STATUS_REPORT_PERIOD: Duration = Duration::from_secs(300);
 
 /// How a simulated agent retries a status write the hub did not take: 200 ms doubling.
 const STATUS_RETRY: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(2));
@@ -204,23 +211,19 @@ async fn heartbeats(
     offset: Duration,
     slots: Arc<Semaphore>,
 ) {
-    let api: Api<MemberCluster> = Api::all(client);
     let joined_at = jiff::Timestamp::now()
         .round(jiff::Unit::Second)
         .unwrap_or_else(|_| jiff::Timestamp::now());
     let mut first = true;
-    let mut generation = None;
+    let mut beats = Beats::default();
     loop {
         {
             let Ok(_permit) = slots.acquire().await else {
                 return;
             };
-            match beat(&api, &member, period, joined_at, generation).await {
-                Ok(written) => generation = written,
-                Err(e) => {
-                    generation = None;
-                    tracing::debug!(member, error = %e, "simulated heartbeat failed");
-                }
+            if let Err(e) = beat(&client, &member, period, joined_at, &mut beats).await {
+                beats = Beats::default();
+                tracing::debug!(member, error = %e, "simulated heartbeat failed");
             }
         }
         let wait = if first { period + offset } else { period };
@@ -229,26 +232,70 @@ async fn heartbeats(
     }
 }
 
-/// One heartbeat; returns the MemberCluster's generation as the write returned it. Like the
-/// real agent, it reads the MemberCluster only when it has no answer of a previous write
-/// (`generation` is `None`).
+/// What a simulated agent keeps between heartbeats, as the real one does.
+#[derive(Default)]
+struct Beats {
+    /// Its Lease as the last renewal returned it.
+    lease: Option<Lease>,
+    /// When it last wrote its MemberCluster's status.
+    reported: Option<Instant>,
+}
+
+/// One heartbeat, with the real agent's requests: the MemberCluster read from the API server's
+/// cache, the Lease renewed (an update; created the first time), and the status written the
+/// first time and then every [`STATUS_REPORT_PERIOD`] (a simulated member never changes).
 async fn beat(
+    client: &Client,
+    member: &str,
+    period: Duration,
+    joined_at: jiff::Timestamp,
+    beats: &mut Beats,
+) -> Result<(), kube::Error> {
+    let api: Api<MemberCluster> = Api::all(client.clone());
+    // The first read is consistent (a new MemberCluster may not be in the cache yet).
+    let params = match beats.reported {
+        Some(_) => GetParams::any(),
+        None => GetParams::default(),
+    };
+    let mc = match api.get_with(member, &params).await {
+        Ok(mc) => mc,
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let now = jiff::Timestamp::now();
+    // The status first: the first one joins the member (its namespace may not exist yet).
+    if beats
+        .reported
+        .is_none_or(|at| at.elapsed() >= STATUS_REPORT_PERIOD)
+    {
+        write_status(&api, member, period, joined_at, mc.metadata.generation, now).await?;
+        beats.reported = Some(Instant::now());
+    }
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &names::member_namespace(member));
+    let previous = match beats.lease.take() {
+        Some(lease) => Some(lease),
+        None => leases.get_opt(AGENT_LEASE).await?,
+    };
+    let lease = agent_lease(previous, member, member, period, now);
+    beats.lease = Some(if lease.metadata.resource_version.is_some() {
+        leases
+            .replace(AGENT_LEASE, &PostParams::default(), &lease)
+            .await?
+    } else {
+        leases.create(&PostParams::default(), &lease).await?
+    });
+    Ok(())
+}
+
+/// Server-side applies a simulated member's status, as the real agent writes it.
+async fn write_status(
     api: &Api<MemberCluster>,
     member: &str,
     period: Duration,
     joined_at: jiff::Timestamp,
-    generation: Option<Option<i64>>,
-) -> Result<Option<Option<i64>>, kube::Error> {
-    let generation = match generation {
-        Some(g) => g,
-        None => match api.get_opt(member).await? {
-            Some(mc) => mc.metadata.generation,
-            None => return Ok(None),
-        },
-    };
-    let now = jiff::Timestamp::now()
-        .round(jiff::Unit::Second)
-        .unwrap_or(joined_at);
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Result<(), kube::Error> {
     let status = json!({
         "apiVersion": "fleethub.dev/v1alpha1",
         "kind": "MemberCluster",
@@ -258,21 +305,20 @@ async fn beat(
                 "message": format!("simulated agent heartbeats every {}s", period.as_secs()),
                 "observedGeneration": generation,
                 "lastTransitionTime": joined_at.to_string()}],
-            "lastHeartbeatTime": now.to_string(),
+            "lastHeartbeatTime": now.round(jiff::Unit::Second).unwrap_or(now).to_string(),
             "agentVersion": "fleethub-bench-simulated",
             "kubernetesVersion": "v1.33.13",
             "nodeCount": 3,
             "allocatable": {"cpu": "24", "memory": "96Gi", "pods": "330"},
         },
     });
-    let written = api
-        .patch_status(
-            member,
-            &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
-            &Patch::Apply(&status),
-        )
-        .await?;
-    Ok(Some(written.metadata.generation))
+    api.patch_status(
+        member,
+        &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
+        &Patch::Apply(&status),
+    )
+    .await?;
+    Ok(())
 }
 
 /// Reports a new Work generation applied and available, as the real agent does once its
