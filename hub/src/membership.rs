@@ -257,6 +257,9 @@ impl Context {
 /// verdicts still come within seconds: a healthy member's reconcile makes no request).
 const MEMBER_CONCURRENCY: u16 = 16;
 
+/// The longest `heartbeatPeriodSeconds` a MemberCluster may have (its schema's maximum).
+const MAX_HEARTBEAT_PERIOD_SECONDS: u64 = 600;
+
 /// How long provisioned objects are trusted without re-applying them.
 const REPROVISION_AFTER: Duration = Duration::from_secs(600);
 
@@ -329,6 +332,15 @@ async fn follow_leases(
     shutdown: CancellationToken,
 ) {
     use kube::runtime::WatchStreamExt;
+    // A restarted hub's runs wait for the lists of MemberClusters, Bindings and Works; the
+    // Leases (as many as members) are listed after the members, not beside those three.
+    while !fleethub_runtime::ready_within(Duration::from_secs(1), || members.wait_until_ready())
+        .await
+    {
+        if shutdown.is_cancelled() {
+            return;
+        }
+    }
     let config = fleethub_runtime::watcher_config().labels(names::CLUSTER_LABEL);
     let events = fleethub_runtime::reflected_events(api, config, writer).applied_objects();
     let mut events = std::pin::pin!(events);
@@ -363,18 +375,30 @@ async fn follow_leases(
 }
 
 /// The member's last heartbeat: the newer of its agent's Lease renewal and its status's
-/// `lastHeartbeatTime` (what agents older than Leases write every period).
-fn last_heartbeat(member: &MemberCluster, leases: &Store<Lease>) -> Option<Timestamp> {
+/// `lastHeartbeatTime` (what agents older than Leases write every period); and the period its
+/// agent keeps, as its Lease says (`leaseDurationSeconds`; an agent sees a changed
+/// `heartbeatPeriodSeconds` within minutes, and until then keeps the one it has).
+fn last_heartbeat(
+    member: &MemberCluster,
+    leases: &Store<Lease>,
+) -> (Option<Timestamp>, Option<Duration>) {
     let lease =
         ObjectRef::<Lease>::new(AGENT_LEASE).within(&names::member_namespace(&member.name_any()));
-    let renewed = leases
-        .get(&lease)
-        .and_then(|l| l.spec.as_ref()?.renew_time.as_ref().map(|t| t.0));
+    let lease = leases.get(&lease);
+    let spec = lease.as_ref().and_then(|l| l.spec.as_ref());
+    let renewed = spec.and_then(|s| s.renew_time.as_ref().map(|t| t.0));
+    let kept = spec
+        .and_then(|s| s.lease_duration_seconds)
+        .and_then(|s| u64::try_from(s).ok())
+        .filter(|s| *s > 0)
+        // No longer than a MemberCluster's longest period: a Lease cannot keep a member
+        // healthy for ever.
+        .map(|s| Duration::from_secs(s.min(MAX_HEARTBEAT_PERIOD_SECONDS)));
     let reported = member
         .status
         .as_ref()
         .and_then(|s| s.last_heartbeat_time.as_ref().map(|t| t.0));
-    renewed.max(reported)
+    (renewed.max(reported), kept)
 }
 
 /// What about a MemberCluster warrants a reconcile: its spec, labels, identity and deletion,
@@ -459,9 +483,10 @@ async fn reconcile(member: Arc<MemberCluster>, ctx: Arc<Context>) -> Result<Requ
         .map_or(DEFAULT_HEARTBEAT_PERIOD, |s| {
             Duration::from_secs(s.max(1) as u64)
         });
+    let (last, kept) = last_heartbeat(&member, &ctx.leases);
     let (state, reason, message, stale_at) = judge_health(
-        last_heartbeat(&member, &ctx.leases),
-        period,
+        last,
+        kept.map_or(period, |kept| kept.max(period)),
         ctx.stale_multiple,
         now,
     );
@@ -558,6 +583,43 @@ mod tests {
         let (s, r, m, at) = judge_health(Some(t(0)), period, 3, t(47));
         assert_eq!((s, r, at), ("False", "HeartbeatStale", None));
         assert!(m.contains("no heartbeat from the member agent for 47s (expected every 15s; unhealthy after 45s)"), "{m}");
+    }
+
+    #[test]
+    fn the_heartbeat_is_the_newer_of_the_lease_and_the_status_and_the_lease_says_the_period() {
+        let mut member = MemberCluster::new("m1", MemberClusterSpec::default());
+        member.status = Some(MemberClusterStatus {
+            last_heartbeat_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t(10))),
+            ..Default::default()
+        });
+        let (leases, mut writer) = kube::runtime::reflector::store::<Lease>();
+        // No Lease (an agent older than Leases): the status's time.
+        assert_eq!(last_heartbeat(&member, &leases), (Some(t(10)), None));
+        let lease = |member: &str, at: i64, secs: u64| {
+            fleethub_crds::member_cluster::agent_lease(
+                None,
+                member,
+                "agent",
+                Duration::from_secs(secs),
+                t(at),
+            )
+        };
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(lease("m1", 40, 30)));
+        assert_eq!(
+            last_heartbeat(&member, &leases),
+            (Some(t(40)), Some(Duration::from_secs(30)))
+        );
+        // A newer status report wins; a period beyond the schema's maximum is capped.
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(lease(
+            "m1", 5, 86_400,
+        )));
+        assert_eq!(
+            last_heartbeat(&member, &leases),
+            (Some(t(10)), Some(Duration::from_secs(600)))
+        );
+        // Another member's Lease says nothing of this one.
+        let other = MemberCluster::new("m2", MemberClusterSpec::default());
+        assert_eq!(last_heartbeat(&other, &leases), (None, None));
     }
 
     #[test]

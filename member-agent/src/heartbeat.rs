@@ -26,7 +26,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{GetParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
 use serde_json::json;
 use tokio::sync::oneshot;
@@ -157,6 +157,11 @@ pub fn status_due(
 pub struct Beats {
     /// The agent's Lease as the last renewal returned it.
     lease: Option<Lease>,
+    /// The MemberCluster as the agent last read or wrote it (its spec holds the period; its
+    /// status, what is reported): read again only when there is none (the first heartbeat,
+    /// and the one after a failure), and returned by every status write, which happens at
+    /// least every [`STATUS_REPORT_PERIOD`].
+    member: Option<MemberCluster>,
     /// The hub refused the Lease (an older hub that does not grant it): the status carries
     /// every heartbeat instead, as before Leases.
     lease_refused: bool,
@@ -181,24 +186,22 @@ pub struct Heartbeat {
 impl Heartbeat {
     /// Writes one heartbeat; returns the period until the next one. A heartbeat renews the
     /// agent's Lease `member-agent` in the member's hub namespace (a small built-in object,
-    /// written with an update), and writes the MemberCluster's status only when
+    /// written with an update, one request), and writes the MemberCluster's status only when
     /// [`status_due`]: at 1,000 members a status apply every period was the hub API server's
-    /// most frequent request. The MemberCluster is read from the API server's watch cache for
-    /// its spec (the period) and its status (what is already reported).
+    /// most frequent request. The period comes from the MemberCluster as last read or written
+    /// (at most [`STATUS_REPORT_PERIOD`] old); the Lease says which period the agent keeps
+    /// (`leaseDurationSeconds`), and the hub allows for it until the agent sees a new one.
     pub async fn beat(&self, beats: &mut Beats) -> Result<Duration, Error> {
         let name = &self.member_name;
-        let api: Api<MemberCluster> = Api::all(self.hub.clone());
-        let missing = || Error::MemberClusterMissing(name.clone());
-        // The first read, and the one after a failure, is consistent: a MemberCluster just
-        // created may not be in the API server's cache yet.
-        let params = match beats.lease {
-            Some(_) => GetParams::any(),
-            None => GetParams::default(),
-        };
-        let mc = match api.get_with(name, &params).await {
-            Ok(mc) => mc,
-            Err(e) if crate::error::is_not_found(&e) => return Err(missing()),
-            Err(e) => return Err(Error::hub(format!("reading MemberCluster {name}"))(e)),
+        let mc = match beats.member.take() {
+            Some(mc) => mc,
+            None => match Api::<MemberCluster>::all(self.hub.clone()).get(name).await {
+                Ok(mc) => mc,
+                Err(e) if crate::error::is_not_found(&e) => {
+                    return Err(Error::MemberClusterMissing(name.clone()));
+                }
+                Err(e) => return Err(Error::hub(format!("reading MemberCluster {name}"))(e)),
+            },
         };
         let period = period(&mc.spec, self.period_override);
         let version = self
@@ -239,10 +242,15 @@ impl Heartbeat {
                 }
             }
         };
-        if !renewed || status_due(mc.status.as_ref(), &status, now) {
-            self.write_status(&status).await?;
-            tracing::debug!(member = %name, nodes = status.node_count, "status written");
-        }
+        beats.member = Some(
+            if !renewed || status_due(mc.status.as_ref(), &status, now) {
+                let written = self.write_status(&status).await?;
+                tracing::debug!(member = %name, nodes = status.node_count, "status written");
+                written
+            } else {
+                mc
+            },
+        );
         self.metrics.heartbeat(true, now);
         Ok(period)
     }
@@ -289,7 +297,7 @@ impl Heartbeat {
     }
 
     /// Server-side applies the agent's fields of the MemberCluster's status.
-    async fn write_status(&self, status: &MemberClusterStatus) -> Result<(), Error> {
+    async fn write_status(&self, status: &MemberClusterStatus) -> Result<MemberCluster, Error> {
         let name = &self.member_name;
         let patch = json!({
             "apiVersion": MemberCluster::api_version(&()),
@@ -310,8 +318,7 @@ impl Heartbeat {
                 } else {
                     Error::hub(format!("writing the status of MemberCluster {name}"))(e)
                 }
-            })?;
-        Ok(())
+            })
     }
 
     /// Heartbeats until `shutdown`, recording the outcome as readiness check

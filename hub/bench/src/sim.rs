@@ -2,9 +2,9 @@
 //! member, inside this process, talking to the hub API server as the real agent does:
 //!
 //! - a heartbeat every `heartbeatPeriodSeconds`, spread evenly over the period across members,
-//!   with the real agent's requests: a read of its MemberCluster from the API server's cache, a
-//!   renewal of its Lease `member-agent`, and a server-side apply of its status (`Joined=True`,
-//!   `lastHeartbeatTime`, versions, nodes) the first time and every 5 minutes;
+//!   with the real agent's requests: a renewal of its Lease `member-agent`, and a server-side
+//!   apply of its status (`Joined=True`, `lastHeartbeatTime`, versions, nodes) the first time
+//!   and every 5 minutes;
 //! - a watch on the member's Works (one watch per member, as real agents have, or one shared
 //!   watch over all bench members' namespaces); every new Work generation is reported at once
 //!   with `Applied=True` and `Available=True` (observedGeneration = the Work's generation) and
@@ -27,7 +27,7 @@ use fleethub_runtime::retry::{self, Backoff};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ServiceAccount;
-use kube::api::{GetParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -222,7 +222,9 @@ async fn heartbeats(
                 return;
             };
             if let Err(e) = beat(&client, &member, period, joined_at, &mut beats).await {
-                beats = Beats::default();
+                // Read the Lease again; the status stays reported (the first Lease write fails
+                // until the hub has provisioned the member's namespace).
+                beats.lease = None;
                 tracing::debug!(member, error = %e, "simulated heartbeat failed");
             }
         }
@@ -237,13 +239,15 @@ async fn heartbeats(
 struct Beats {
     /// Its Lease as the last renewal returned it.
     lease: Option<Lease>,
-    /// When it last wrote its MemberCluster's status.
-    reported: Option<Instant>,
+    /// Its MemberCluster's generation as last read or written, and when it last wrote its
+    /// status.
+    reported: Option<(Option<i64>, Instant)>,
 }
 
-/// One heartbeat, with the real agent's requests: the MemberCluster read from the API server's
-/// cache, the Lease renewed (an update; created the first time), and the status written the
-/// first time and then every [`STATUS_REPORT_PERIOD`] (a simulated member never changes).
+/// One heartbeat, with the real agent's requests: the MemberCluster's status written the first
+/// time and then every [`STATUS_REPORT_PERIOD`] (a simulated member never changes), read first
+/// only when the agent has no copy of it; and the Lease renewed (an update; created the first
+/// time).
 async fn beat(
     client: &Client,
     member: &str,
@@ -252,24 +256,22 @@ async fn beat(
     beats: &mut Beats,
 ) -> Result<(), kube::Error> {
     let api: Api<MemberCluster> = Api::all(client.clone());
-    // The first read is consistent (a new MemberCluster may not be in the cache yet).
-    let params = match beats.reported {
-        Some(_) => GetParams::any(),
-        None => GetParams::default(),
-    };
-    let mc = match api.get_with(member, &params).await {
-        Ok(mc) => mc,
-        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
-        Err(e) => return Err(e),
-    };
     let now = jiff::Timestamp::now();
     // The status first: the first one joins the member (its namespace may not exist yet).
-    if beats
-        .reported
-        .is_none_or(|at| at.elapsed() >= STATUS_REPORT_PERIOD)
-    {
-        write_status(&api, member, period, joined_at, mc.metadata.generation, now).await?;
-        beats.reported = Some(Instant::now());
+    let due = match beats.reported {
+        Some((_, at)) => at.elapsed() >= STATUS_REPORT_PERIOD,
+        None => true,
+    };
+    if due {
+        let generation = match beats.reported {
+            Some((generation, _)) => generation,
+            None => match api.get_opt(member).await? {
+                Some(mc) => mc.metadata.generation,
+                None => return Ok(()),
+            },
+        };
+        let written = write_status(&api, member, period, joined_at, generation, now).await?;
+        beats.reported = Some((written.metadata.generation, Instant::now()));
     }
     let leases: Api<Lease> = Api::namespaced(client.clone(), &names::member_namespace(member));
     let previous = match beats.lease.take() {
@@ -295,7 +297,7 @@ async fn write_status(
     joined_at: jiff::Timestamp,
     generation: Option<i64>,
     now: jiff::Timestamp,
-) -> Result<(), kube::Error> {
+) -> Result<MemberCluster, kube::Error> {
     let status = json!({
         "apiVersion": "fleethub.dev/v1alpha1",
         "kind": "MemberCluster",
@@ -317,8 +319,7 @@ async fn write_status(
         &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
         &Patch::Apply(&status),
     )
-    .await?;
-    Ok(())
+    .await
 }
 
 /// Reports a new Work generation applied and available, as the real agent does once its

@@ -448,3 +448,80 @@ fn a_work_triggers_its_binding_by_the_bindings_own_key() {
     orphan.metadata.owner_references = None;
     assert_eq!(binding_of(&orphan), None);
 }
+
+/// A Work just written waits (at most REPORT_GRACE) for its member's first report before its
+/// Binding's status is written; a report, a failure or a Work gone end the wait at once.
+#[test]
+fn the_binding_status_waits_briefly_for_the_members_first_report_on_a_new_work() {
+    let outcome = |generation: i64, reported: Option<i64>, status: &'static str| {
+        let mut w = work(3, None, vec![]);
+        w.metadata.generation = Some(generation);
+        w.status = reported.map(|g| WorkStatus {
+            conditions: vec![fleethub_crds::conditions::Condition {
+                type_: APPLIED.into(),
+                status: TRUE.into(),
+                reason: "Applied".into(),
+                message: String::new(),
+                observed_generation: Some(g),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    Timestamp::UNIX_EPOCH,
+                ),
+            }],
+            ..Default::default()
+        });
+        Outcome {
+            work: Some(Arc::new(w)),
+            sync: Sync {
+                status,
+                reason: reason::WORK_SYNCHRONIZED,
+                message: String::new(),
+            },
+            requeue: Requeue::await_change(),
+            overridden: None,
+        }
+    };
+    let key = || "fleet-member-a/web".to_string();
+    let reports = FirstReports::default();
+    // A new generation written: wait the whole grace.
+    assert_eq!(
+        reports.wait(key(), Step::Apply(3), Some(1), &outcome(2, Some(1), TRUE)),
+        Some(REPORT_GRACE)
+    );
+    // The Work's own event, before the member reported: keep waiting, for what is left.
+    let left = reports.wait(key(), Step::Keep(3), Some(2), &outcome(2, Some(1), TRUE));
+    assert!(
+        left.is_some_and(|l| l <= REPORT_GRACE && !l.is_zero()),
+        "{left:?}"
+    );
+    // The member's report: write now, and forget the Work.
+    assert_eq!(
+        reports.wait(key(), Step::Keep(3), Some(2), &outcome(2, Some(2), TRUE)),
+        None
+    );
+    assert_eq!(
+        reports.wait(key(), Step::Keep(3), Some(2), &outcome(2, Some(1), TRUE)),
+        None,
+        "a Work no longer waiting is reported on at once"
+    );
+    // A Work written again without a change (same generation), or not in sync: no wait.
+    assert_eq!(
+        reports.wait(key(), Step::Apply(3), Some(2), &outcome(2, None, TRUE)),
+        None
+    );
+    assert_eq!(
+        reports.wait(key(), Step::Apply(3), Some(1), &outcome(2, None, FALSE)),
+        None
+    );
+    // A Work removed while waiting ends its wait.
+    assert!(
+        reports
+            .wait(key(), Step::Apply(3), Some(1), &outcome(2, None, TRUE))
+            .is_some()
+    );
+    let gone = Outcome {
+        work: None,
+        ..outcome(2, None, FALSE)
+    };
+    assert_eq!(reports.wait(key(), Step::Remove, Some(2), &gone), None);
+    assert!(reports.0.lock().unwrap().is_empty());
+}
