@@ -2,8 +2,9 @@
 //! `member-agent` in its member's hub namespace (`fleet-member-<name>`): the hub judges the
 //! member `Healthy` from its `renewTime`. The MemberCluster's status (server-side apply, status
 //! subresource: `Joined=True`, the time of the report, its own and the member's Kubernetes
-//! version, the node count and the nodes' summed allocatable resources) is written when any of
-//! it changes and at least every [`STATUS_REPORT_PERIOD`]; against a hub that does not grant
+//! version, the node count and the nodes' summed allocatable resources) is written by the first
+//! heartbeat (and the first after a failure), when any of it changes, and at least every
+//! [`STATUS_REPORT_PERIOD`]; against a hub that does not grant
 //! the Lease, every heartbeat. The agent never writes `Healthy` and never creates the
 //! MemberCluster: while it does not exist, the agent is not ready and retries with backoff.
 
@@ -193,6 +194,10 @@ impl Heartbeat {
     /// (`leaseDurationSeconds`), and the hub allows for it until the agent sees a new one.
     pub async fn beat(&self, beats: &mut Beats) -> Result<Duration, Error> {
         let name = &self.member_name;
+        // A heartbeat without a copy (the process's first, or the first after a failure)
+        // reports the status: a new agent announces itself (`kubectl fleet join` waits for a
+        // report from after it started), and after a failure what the hub holds is unknown.
+        let announce = beats.member.is_none();
         let mc = match beats.member.take() {
             Some(mc) => mc,
             None => match Api::<MemberCluster>::all(self.hub.clone()).get(name).await {
@@ -243,7 +248,7 @@ impl Heartbeat {
             }
         };
         beats.member = Some(
-            if !renewed || status_due(mc.status.as_ref(), &status, now) {
+            if announce || !renewed || status_due(mc.status.as_ref(), &status, now) {
                 let written = self.write_status(&status).await?;
                 tracing::debug!(member = %name, nodes = status.node_count, "status written");
                 written
