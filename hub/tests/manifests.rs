@@ -140,20 +140,39 @@ fn the_hub_runs_two_locked_down_replicas_with_probes() {
     );
     let pdb = find(&hub, "PodDisruptionBudget", "fleethub-hub");
     assert_eq!(pdb["spec"]["minAvailable"], 1);
-    // The lease Role is namespaced: the hub holds no cluster-wide right on leases.
+    // The leader-election Role is namespaced. Cluster-wide, the hub holds on leases only what
+    // it grants each member agent: create, and get/update of Lease `member-agent` (it cannot
+    // update any other Lease, a leader election's included).
     let role = find(&hub, "Role", "fleethub-hub-leader-election");
     assert_eq!(role["metadata"]["namespace"], NAMESPACE);
     let cluster_role = find(&hub, "ClusterRole", "fleethub-hub");
-    let groups: BTreeSet<String> = cluster_role["rules"]
-        .as_sequence()
-        .unwrap()
+    let rules = cluster_role["rules"].as_sequence().unwrap();
+    let groups: BTreeSet<String> = rules
         .iter()
         .flat_map(|r| r["apiGroups"].as_sequence().unwrap().clone())
         .map(|g| g.as_str().unwrap().to_string())
         .collect();
-    assert!(
-        !groups.contains("coordination.k8s.io") && !groups.contains("*"),
-        "{groups:?}"
+    assert!(!groups.contains("*"), "{groups:?}");
+    let lease_rules: Vec<(Value, Value)> = rules
+        .iter()
+        .filter(|r| {
+            r["apiGroups"]
+                .as_sequence()
+                .unwrap()
+                .contains(&Value::from("coordination.k8s.io"))
+        })
+        .map(|r| (r["verbs"].clone(), r["resourceNames"].clone()))
+        .collect();
+    assert_eq!(
+        lease_rules,
+        vec![
+            (Value::from(vec!["create"]), Value::Null),
+            (
+                Value::from(vec!["get", "update"]),
+                Value::from(vec!["member-agent"])
+            ),
+        ],
+        "the hub's cluster-wide rights on leases"
     );
 
     let dashboard = render("deploy/dashboard");
