@@ -163,9 +163,10 @@ pub struct Beats {
     /// and the one after a failure), and returned by every status write, which happens at
     /// least every [`STATUS_REPORT_PERIOD`].
     member: Option<MemberCluster>,
-    /// The hub refused the Lease (an older hub that does not grant it): the status carries
-    /// every heartbeat instead, as before Leases.
-    lease_refused: bool,
+    /// When the hub refused the Lease (an older hub that does not grant it): the status carries
+    /// every heartbeat instead, as before Leases, and the Lease is tried again after
+    /// [`STATUS_REPORT_PERIOD`] (the hub may have been upgraded meanwhile).
+    lease_refused: Option<Timestamp>,
 }
 
 /// Writes the heartbeats of one member.
@@ -229,15 +230,23 @@ impl Heartbeat {
             &observation,
             now,
         );
-        let renewed = if beats.lease_refused {
+        let refused_lately = beats
+            .lease_refused
+            .is_some_and(|at| now.duration_since(at).unsigned_abs() < STATUS_REPORT_PERIOD);
+        let renewed = if refused_lately {
             false
         } else {
             match self.renew(beats, period, now).await {
-                Ok(()) => true,
+                Ok(()) => {
+                    beats.lease_refused = None;
+                    true
+                }
                 Err(e) if matches!(&e, kube::Error::Api(s) if s.code == 403) => {
-                    tracing::warn!(member = %name, error = %crate::error::describe(&e),
-                        "the hub does not let this agent renew its Lease (an older hub?): heartbeats go to the MemberCluster's status");
-                    beats.lease_refused = true;
+                    if beats.lease_refused.is_none() {
+                        tracing::warn!(member = %name, error = %crate::error::describe(&e),
+                            "the hub does not let this agent renew its Lease (an older hub?): heartbeats go to the MemberCluster's status");
+                    }
+                    beats.lease_refused = Some(now);
                     false
                 }
                 Err(e) => {
