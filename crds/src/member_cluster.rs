@@ -29,6 +29,14 @@ pub mod reason {
 
 /// Heartbeat period when `spec.heartbeatPeriodSeconds` is not set.
 pub const DEFAULT_HEARTBEAT_PERIOD: Duration = Duration::from_secs(15);
+/// The longest `spec.heartbeatPeriodSeconds` (the schema's maximum); the hub also caps the
+/// period an agent's Lease declares at it.
+pub const MAX_HEARTBEAT_PERIOD_SECONDS: u16 = 600;
+/// The longest a member agent leaves its MemberCluster's status unwritten while nothing in it
+/// changes (its `lastHeartbeatTime` then says when it was last confirmed). Liveness is the
+/// agent's Lease ([`AGENT_LEASE`]), renewed every period; the status is written when it changes
+/// and at least this often, as a kubelet reports its Node's status.
+pub const STATUS_REPORT_PERIOD: Duration = Duration::from_secs(300);
 
 /// The member agent's ServiceAccount in its member's hub namespace (`fleet-member-<name>`): the
 /// identity the agent uses on the hub.
@@ -72,7 +80,7 @@ pub struct MemberClusterSpec {
     /// How often the member's agent reports a heartbeat, in seconds (default 15). The hub marks
     /// the member Healthy=False when no heartbeat arrived for several periods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 600))]
+    #[schemars(range(min = 1, max = MAX_HEARTBEAT_PERIOD_SECONDS))]
     pub heartbeat_period_seconds: Option<i32>,
 }
 

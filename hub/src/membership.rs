@@ -12,7 +12,8 @@ use std::time::Duration;
 use fleethub_crds::conditions::{FALSE, NewCondition, TRUE, UNKNOWN, set_condition};
 use fleethub_crds::field_manager::MEMBERSHIP as FIELD_MANAGER;
 use fleethub_crds::member_cluster::{
-    AGENT_LEASE, AGENT_ROLE, DEFAULT_HEARTBEAT_PERIOD, HEALTHY, MemberClusterStatus, reason,
+    AGENT_LEASE, AGENT_ROLE, DEFAULT_HEARTBEAT_PERIOD, HEALTHY, MAX_HEARTBEAT_PERIOD_SECONDS,
+    MemberClusterStatus, reason,
 };
 use fleethub_crds::{GROUP, MemberCluster, Work, names};
 use futures::StreamExt;
@@ -257,9 +258,6 @@ impl Context {
 /// verdicts still come within seconds: a healthy member's reconcile makes no request).
 const MEMBER_CONCURRENCY: u16 = 16;
 
-/// The longest `heartbeatPeriodSeconds` a MemberCluster may have (its schema's maximum).
-const MAX_HEARTBEAT_PERIOD_SECONDS: u64 = 600;
-
 /// How long provisioned objects are trusted without re-applying them.
 const REPROVISION_AFTER: Duration = Duration::from_secs(600);
 
@@ -356,19 +354,23 @@ async fn follow_leases(
                 Some(Ok(lease)) => lease,
             },
         };
-        let Some(member) = lease.namespace().and_then(|ns| {
-            ns.strip_prefix(names::MEMBER_NAMESPACE_PREFIX)
-                .map(str::to_string)
-        }) else {
+        if lease.name_any() != AGENT_LEASE {
+            continue;
+        }
+        let Some(member) = lease
+            .namespace()
+            .as_deref()
+            .and_then(names::cluster_of_namespace)
+            .map(ObjectRef::new)
+        else {
             continue;
         };
-        let member = ObjectRef::new(&member);
         let healthy = members.get(&member).is_some_and(|m| {
             m.status
                 .as_ref()
                 .is_some_and(|s| fleethub_crds::conditions::is_true(&s.conditions, HEALTHY))
         });
-        if !healthy && lease.name_any() == AGENT_LEASE && renewed.unbounded_send(member).is_err() {
+        if !healthy && renewed.unbounded_send(member).is_err() {
             return;
         }
     }
@@ -393,7 +395,7 @@ fn last_heartbeat(
         .filter(|s| *s > 0)
         // No longer than a MemberCluster's longest period: a Lease cannot keep a member
         // healthy for ever.
-        .map(|s| Duration::from_secs(s.min(MAX_HEARTBEAT_PERIOD_SECONDS)));
+        .map(|s| Duration::from_secs(s.min(u64::from(MAX_HEARTBEAT_PERIOD_SECONDS))));
     let reported = member
         .status
         .as_ref()

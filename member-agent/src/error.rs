@@ -84,6 +84,11 @@ pub fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
+/// Whether `e` is the API server's 403: the agent's identity may not do this.
+pub fn is_forbidden(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 403)
+}
+
 /// Whether `e` is the API server's 409: a write whose precondition (the version it was planned
 /// from) no longer holds.
 pub fn is_conflict(e: &kube::Error) -> bool {

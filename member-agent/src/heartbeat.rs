@@ -18,7 +18,7 @@ use fleethub_crds::field_manager::MEMBER_AGENT;
 use fleethub_crds::member_cluster::reason::AGENT_JOINED;
 use fleethub_crds::member_cluster::{
     AGENT_LEASE, DEFAULT_HEARTBEAT_PERIOD, JOINED, MemberClusterSpec, MemberClusterStatus,
-    agent_lease,
+    STATUS_REPORT_PERIOD, agent_lease,
 };
 use fleethub_crds::names;
 use fleethub_runtime::Health;
@@ -119,12 +119,6 @@ pub fn period(spec: &MemberClusterSpec, override_period: Option<Duration>) -> Du
         })
         .unwrap_or(DEFAULT_HEARTBEAT_PERIOD)
 }
-
-/// The longest the agent leaves its MemberCluster's status unwritten while nothing in it
-/// changes (its `lastHeartbeatTime` then says when it was last confirmed). Liveness is the
-/// Lease, renewed every period; the status is written when it changes and at least this often,
-/// as a kubelet reports its Node's status.
-pub const STATUS_REPORT_PERIOD: Duration = Duration::from_secs(300);
 
 /// Whether the status the agent would write says something `current` (the MemberCluster's
 /// status as read) does not: one of the agent's own fields differs, or `current` was confirmed
@@ -241,7 +235,7 @@ impl Heartbeat {
                     beats.lease_refused = None;
                     true
                 }
-                Err(e) if matches!(&e, kube::Error::Api(s) if s.code == 403) => {
+                Err(e) if crate::error::is_forbidden(&e) => {
                     if beats.lease_refused.is_none() {
                         tracing::warn!(member = %name, error = %crate::error::describe(&e),
                             "the hub does not let this agent renew its Lease (an older hub?): heartbeats go to the MemberCluster's status");

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fleethub_crds::conditions::{find, is_true};
-use fleethub_crds::member_cluster::{AGENT_LEASE, agent_lease};
+use fleethub_crds::member_cluster::{AGENT_LEASE, STATUS_REPORT_PERIOD, agent_lease};
 use fleethub_crds::update_run::SUCCEEDED;
 use fleethub_crds::work::{APPLIED, AVAILABLE};
 use fleethub_crds::{MemberCluster, UpdateRun, Work, names};
@@ -35,10 +35,6 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use crate::timeline::Timeline;
-
-/// How often a simulated agent rewrites its unchanged status, as the real agent does
-/// (`fleethub_member_agent::heartbeat::STATUS_REPORT_PERIOD`).
-const STATUS_REPORT_PERIOD: Duration = Duration::from_secs(300);
 
 /// How a simulated agent retries a status write the hub did not take: 200 ms doubling.
 const STATUS_RETRY: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(2));
