@@ -2,6 +2,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntr
 use serde_json::json;
 
 use super::cached_work::writes_spec;
+use super::first_reports::REPORT_GRACE;
 use super::*;
 
 fn entry(manager: &str, subresource: &str, fields: serde_json::Value) -> ManagedFieldsEntry {

@@ -1,0 +1,65 @@
+//! The wait of a Binding's status for its member's first report on a Work just written: one
+//! status write then says both that the Work was written and what the member made of it.
+
+use std::time::{Duration, Instant};
+
+use fleethub_crds::conditions::{TRUE, find};
+use fleethub_crds::work::APPLIED;
+
+use super::{Outcome, Step};
+
+/// How long the Binding's status waits for the member's first report on a Work just written
+/// before it says the Work was written without it. At 1,000 clusters a status write of its own
+/// for each Work written was a third of the run's Binding status writes, on the API server that
+/// bounds how soon a member's report is noticed.
+pub(super) const REPORT_GRACE: Duration = Duration::from_secs(2);
+
+/// The Work generations this controller wrote whose member has not reported on them yet, by
+/// Work, with when they were written: their Bindings' status waits up to [`REPORT_GRACE`] for
+/// that report.
+#[derive(Default)]
+pub(super) struct FirstReports(
+    pub(super) std::sync::Mutex<std::collections::HashMap<String, (Option<i64>, Instant)>>,
+);
+
+impl FirstReports {
+    /// How long the Binding's status write should still wait after a reconcile that performed
+    /// `step` on Work `key` (`namespace/name`) of generation `before`, with `outcome`; `None`:
+    /// write it now.
+    pub(super) fn wait(
+        &self,
+        key: String,
+        step: Step,
+        before: Option<i64>,
+        outcome: &Outcome,
+    ) -> Option<Duration> {
+        let mut written = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(work) = outcome.work.as_deref() else {
+            written.remove(&key);
+            return None;
+        };
+        let generation = work.metadata.generation;
+        let reported = work
+            .status
+            .as_ref()
+            .and_then(|s| find(&s.conditions, APPLIED))
+            .is_some_and(|c| c.observed_generation == generation);
+        if reported || outcome.sync.status != TRUE {
+            written.remove(&key);
+            return None;
+        }
+        if matches!(step, Step::Apply(_)) && generation != before {
+            // Works never reported on (their Binding went away meanwhile) are dropped here.
+            written.retain(|_, (_, at)| at.elapsed() < REPORT_GRACE);
+            written.insert(key, (generation, Instant::now()));
+            return Some(REPORT_GRACE);
+        }
+        let (at_generation, at) = *written.get(&key)?;
+        let left = REPORT_GRACE.saturating_sub(at.elapsed());
+        if at_generation != generation || left.is_zero() {
+            written.remove(&key);
+            return None;
+        }
+        Some(left)
+    }
+}
