@@ -341,7 +341,13 @@ impl Heartbeat {
         let mut failures: u32 = 0;
         let mut beats = Beats::default();
         loop {
-            let wait = match self.beat(&mut beats).await {
+            // A beat waiting on a slow hub must not hold up shutdown (a Lease update is whole
+            // or not at all, so dropping it midway is safe).
+            let outcome = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                outcome = self.beat(&mut beats) => outcome,
+            };
+            let wait = match outcome {
                 Ok(period) => {
                     if let Some(tx) = joined.take() {
                         tracing::info!(member = %self.member_name, ?period, "joined the hub");
