@@ -22,11 +22,11 @@ use fleethub_crds::{
     UpdateRun, Work, names,
 };
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -34,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 mod act;
 mod acting;
 mod observe;
+mod publisher;
 
 use act::act;
 use observe::{look_up, observe, query};
@@ -53,9 +54,6 @@ use fleethub_runtime::last_written::LastWritten;
 use fleethub_runtime::prometheus::{Auth, Prometheus};
 use fleethub_runtime::retry::{ERROR_BACKOFF, FailureBackoff};
 
-/// Events waiting to be published; beyond this, new ones are dropped (and logged): the run's
-/// status, not its events, is the record.
-const EVENT_BACKLOG: usize = 10_000;
 /// Binding writes of one plan in flight at once (a stage starting many clusters together). At
 /// 16, in rounds, a 1,000-cluster run spent most of each reconcile binding (0.6–1.5 s), and a
 /// member's report waited for it to be recorded.
@@ -68,7 +66,7 @@ pub struct Context {
     clock: Arc<dyn Clock>,
     /// Events go to a publisher task: a reconcile must not wait for one API call per event
     /// (a stage of 50 clusters makes 100 of them) before the run can move again.
-    events: tokio::sync::mpsc::Sender<(Event, ObjectReference)>,
+    events: publisher::Sender,
     runs: Store<UpdateRun>,
     works: Store<Work>,
     bindings: Store<Binding>,
@@ -227,23 +225,14 @@ pub async fn run(
                 .collect()
         }
     };
-    let (events, mut to_publish) =
-        tokio::sync::mpsc::channel::<(Event, ObjectReference)>(EVENT_BACKLOG);
     // Runs whose background writes failed: their next reconcile reports it and plans again.
     let (retry, retries) = tokio::sync::mpsc::unbounded_channel::<String>();
     let retries = futures::stream::unfold(retries, |mut rx| async move {
         let name = rx.recv().await?;
         Some((ObjectRef::<UpdateRun>::new(&name), rx))
     });
-    let recorder = Recorder::new(client.clone(), Reporter::from("fleethub-hub"));
     // One publisher, so a run's events keep their order.
-    let publisher = tokio::spawn(async move {
-        while let Some((event, object)) = to_publish.recv().await {
-            if let Err(err) = recorder.publish(&event, &object).await {
-                tracing::debug!(error = %err, "cannot record event");
-            }
-        }
-    });
+    let (events, publisher) = publisher::spawn(client.clone());
     let ctx = Arc::new(Context {
         metrics: metrics.clone(),
         events,
