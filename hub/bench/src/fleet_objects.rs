@@ -173,6 +173,18 @@ pub async fn create_strategy(
 }
 
 /// Starts UpdateRun `name` of `placement` at snapshot `index` with `strategy`.
+/// The hub API server's current revision: the resourceVersion of a quorum list (of one
+/// ConfigMap of the default namespace; the list's version is etcd's, whatever it holds).
+pub async fn current_revision(client: &Client) -> anyhow::Result<u64> {
+    let list = Api::<ConfigMap>::namespaced(client.clone(), "default")
+        .list_metadata(&ListParams::default().limit(1))
+        .await?;
+    let version = list.metadata.resource_version.unwrap_or_default();
+    version
+        .parse()
+        .map_err(|_| anyhow::anyhow!("resourceVersion {version:?} is not a number"))
+}
+
 pub async fn create_run(
     client: &Client,
     name: &str,

@@ -42,6 +42,23 @@ pub fn cpu_ticks(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
+/// starttime in ticks since boot from the text of `/proc/<pid>/stat` (field 22).
+pub fn start_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // `rest` starts at field 3 (state): starttime is field 22.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// When process `pid` started, as an `Instant` of this process (to the clock tick, 10 ms).
+pub fn started_at(pid: u32) -> Option<std::time::Instant> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
+    let now = std::time::Instant::now();
+    let uptime: f64 = uptime.split_whitespace().next()?.parse().ok()?;
+    let started = start_ticks(&stat)? as f64 / clock_ticks() as f64;
+    now.checked_sub(Duration::from_secs_f64((uptime - started).max(0.0)))
+}
+
 /// The value in KiB of line `key:` of `/proc/<pid>/status` (e.g. `VmRSS`).
 pub fn status_kib(status: &str, key: &str) -> Option<u64> {
     status
@@ -180,6 +197,7 @@ mod tests {
         let stat =
             "4242 (fleethub hub) S 1 4242 4242 0 -1 4194560 9 0 0 0 150 37 0 0 20 0 12 0 99 1 2";
         assert_eq!(cpu_ticks(stat), Some(187));
+        assert_eq!(start_ticks(stat), Some(99));
         assert_eq!(cpu_ticks("garbage"), None);
         let status = "Name:\thub\nVmHWM:\t  90000 kB\nVmRSS:\t   81234 kB\n";
         assert_eq!(status_kib(status, "VmRSS"), Some(81234));

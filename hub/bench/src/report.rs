@@ -25,6 +25,9 @@ pub(crate) struct Scenario {
     pub(crate) step: Summary,
     /// Work delivered → simulated member reported (the simulation's own share).
     pub(crate) agent: Summary,
+    /// The member's status write: sent → answered by the hub API server (the first part of
+    /// available → done; the rest is the hub's).
+    pub(crate) report_write: Summary,
     /// Scenario-specific latency (approval → next Work; member created → provisioned).
     pub(crate) special: Option<(String, Summary)>,
     /// Other facts, in words.
@@ -64,6 +67,7 @@ pub(crate) fn fill(s: &mut Scenario, f: RunFigures) {
     s.available_to_done = summarize(&f.available_to_done);
     s.step = summarize(&f.step);
     s.agent = summarize(&f.agent);
+    s.report_write = summarize(&f.report_write);
 }
 
 fn ms3(s: &Summary) -> String {
@@ -122,6 +126,12 @@ pub(crate) fn table(results: &[Scenario]) -> String {
         }
         if s.agent.count > 0 {
             rows.push(("Work delivered → simulated member reported".into(), s.agent));
+        }
+        if s.report_write.count > 0 {
+            rows.push((
+                "member's report: status write sent → answered (part of available → done)".into(),
+                s.report_write,
+            ));
         }
         for (what, sum) in rows {
             out.push_str(&format!(

@@ -29,7 +29,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
@@ -341,7 +341,7 @@ async fn report(client: &Client, timeline: &Timeline, sims: &Sims, work: Work) {
     }
     let index = work.spec.resource_snapshot_index;
     let key = (work.spec.placement_name.clone(), cluster, index);
-    timeline.work_seen(key.clone(), seen);
+    timeline.work_seen(key.clone(), seen, resource_version(&work));
     let flight = (format!("{ns}/{}", work.name_any()), generation);
     let first = in_flight
         .lock()
@@ -398,7 +398,7 @@ async fn report(client: &Client, timeline: &Timeline, sims: &Sims, work: Work) {
             &Patch::Apply(&body),
         )
         .await
-        .map(|_| sent)
+        .map(|_| (sent, Instant::now()))
     };
     let gone = |e: &kube::Error| matches!(e, kube::Error::Api(e) if e.code == 404);
     let written = retry::retry(
@@ -412,9 +412,10 @@ async fn report(client: &Client, timeline: &Timeline, sims: &Sims, work: Work) {
     )
     .await;
     match written {
-        Ok(sent) => {
+        Ok((sent, answered)) => {
             if !timeline.was_reported(&key) {
                 timeline.reported(key.clone(), sent);
+                timeline.report_answered(key.clone(), answered);
             }
         }
         // The Work is gone, or the hub did not take the write.
@@ -455,13 +456,14 @@ pub fn watch_runs(client: Client, timeline: Arc<Timeline>) -> JoinHandle<()> {
             let Ok(run) = next else { continue };
             let at = Instant::now();
             let name = run.name_any();
+            let version = resource_version(&run);
             let Some(status) = run.status.as_ref() else {
                 continue;
             };
             for stage in &status.stages_status {
                 for c in &stage.clusters {
                     if is_true(&c.conditions, SUCCEEDED) {
-                        timeline.cluster_done(&name, &c.cluster_name, at);
+                        timeline.cluster_done(&name, &c.cluster_name, at, version);
                     }
                 }
             }
@@ -497,4 +499,14 @@ pub fn watch_provisioning(client: Client, timeline: Arc<Timeline>) -> JoinHandle
             }
         }
     })
+}
+
+/// An object's resourceVersion as the number the hub's etcd storage makes it (0 if it is not).
+pub fn resource_version(object: &impl Resource) -> u64 {
+    object
+        .meta()
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }

@@ -14,8 +14,14 @@ pub type WorkKey = (String, String, i64);
 #[derive(Default)]
 struct Inner {
     work_seen: HashMap<WorkKey, Instant>,
+    /// The resourceVersion of the Work at its first sighting: the hub API server wrote it then.
+    work_version: HashMap<WorkKey, u64>,
     reported: HashMap<WorkKey, Instant>,
+    /// When the API server answered the report's write.
+    report_answered: HashMap<WorkKey, Instant>,
     cluster_done: HashMap<(String, String), Instant>,
+    /// The resourceVersion of the run whose status first showed the cluster done.
+    done_version: HashMap<(String, String), u64>,
     run_succeeded: HashMap<String, Instant>,
     run_failed: HashMap<String, String>,
     provisioned: HashMap<String, Instant>,
@@ -49,9 +55,11 @@ impl Timeline {
         self.inner.lock().ok().map(|i| f(&i))
     }
 
-    /// A simulated member first saw the Work `key` (later sightings are ignored).
-    pub fn work_seen(&self, key: WorkKey, at: Instant) {
+    /// A simulated member first saw the Work `key` (later sightings are ignored), written at
+    /// resourceVersion `version`.
+    pub fn work_seen(&self, key: WorkKey, at: Instant, version: u64) {
         self.update(|i| {
+            i.work_version.entry(key.clone()).or_insert(version);
             i.work_seen.entry(key).or_insert(at);
         });
     }
@@ -60,6 +68,13 @@ impl Timeline {
     pub fn reported(&self, key: WorkKey, at: Instant) {
         self.update(|i| {
             i.reported.entry(key).or_insert(at);
+        });
+    }
+
+    /// The hub API server answered `key`'s report (sent at [`Timeline::reported`]) at `at`.
+    pub fn report_answered(&self, key: WorkKey, at: Instant) {
+        self.update(|i| {
+            i.report_answered.entry(key).or_insert(at);
         });
     }
 
@@ -78,12 +93,13 @@ impl Timeline {
         self.read(|i| i.status_write_errors).unwrap_or(0)
     }
 
-    /// The hub marked `cluster` of `run` succeeded (first sighting counts).
-    pub fn cluster_done(&self, run: &str, cluster: &str, at: Instant) {
+    /// The hub marked `cluster` of `run` succeeded (first sighting counts) in the run's status
+    /// at resourceVersion `version`.
+    pub fn cluster_done(&self, run: &str, cluster: &str, at: Instant, version: u64) {
         self.update(|i| {
-            i.cluster_done
-                .entry((run.to_string(), cluster.to_string()))
-                .or_insert(at);
+            let key = (run.to_string(), cluster.to_string());
+            i.done_version.entry(key.clone()).or_insert(version);
+            i.cluster_done.entry(key).or_insert(at);
         });
     }
 
@@ -153,25 +169,33 @@ impl Timeline {
         .unwrap_or_default()
     }
 
-    /// The first sign of progress of `run` (of `placement` at `index`) after `after`: a Work
-    /// delivered or a cluster marked done.
+    /// The first sign of progress of `run` (of `placement` at `index`) written after
+    /// resourceVersion `written_after` (the hub API server's revision once the old hub was
+    /// dead): a Work delivered or a cluster marked done. A Work the killed hub wrote just before
+    /// it died can reach a member after the restart; it is not the new hub's progress.
     pub fn first_progress_after(
         &self,
         run: &str,
         placement: &str,
         index: i64,
-        after: Instant,
+        written_after: u64,
     ) -> Option<Instant> {
         self.read(|i| {
             let works = i
                 .work_seen
                 .iter()
-                .filter(|((p, _, x), t)| p == placement && *x == index && **t > after)
+                .filter(|(k @ (p, _, x), _)| {
+                    p == placement
+                        && *x == index
+                        && i.work_version.get(*k).is_some_and(|v| *v > written_after)
+                })
                 .map(|(_, t)| *t);
             let done = i
                 .cluster_done
                 .iter()
-                .filter(|((r, _), t)| r == run && **t > after)
+                .filter(|(k @ (r, _), _)| {
+                    r == run && i.done_version.get(*k).is_some_and(|v| *v > written_after)
+                })
                 .map(|(_, t)| *t);
             works.chain(done).min()
         })
@@ -213,6 +237,9 @@ impl Timeline {
                 if let (Some(r), Some(d)) = (reported, done) {
                     f.available_to_done.push(d.saturating_duration_since(*r));
                 }
+                if let (Some(r), Some(a)) = (reported, i.report_answered.get(&key)) {
+                    f.report_write.push(a.saturating_duration_since(*r));
+                }
                 if let (Some(s), Some(r)) = (seen, reported) {
                     f.agent.push(r.saturating_duration_since(*s));
                 }
@@ -242,6 +269,8 @@ pub struct RunFigures {
     pub step: Vec<Duration>,
     /// Work delivered → the simulated member's report (the simulation's own share).
     pub agent: Vec<Duration>,
+    /// The member's report: its status write sent → answered.
+    pub report_write: Vec<Duration>,
 }
 
 impl RunFigures {
@@ -250,6 +279,7 @@ impl RunFigures {
         self.available_to_done.extend(other.available_to_done);
         self.step.extend(other.step);
         self.agent.extend(other.agent);
+        self.report_write.extend(other.report_write);
     }
 }
 
@@ -265,14 +295,14 @@ mod tests {
         let key = |c: &str| ("p".to_string(), c.to_string(), 0);
         // a and b start together; a reports at 100, c arrives at 130; b reports at 200,
         // d arrives at 260.
-        t.work_seen(key("a"), ms(0));
-        t.work_seen(key("b"), ms(0));
+        t.work_seen(key("a"), ms(0), 1);
+        t.work_seen(key("b"), ms(0), 1);
         t.reported(key("a"), ms(100));
-        t.work_seen(key("c"), ms(130));
+        t.work_seen(key("c"), ms(130), 1);
         t.reported(key("b"), ms(200));
-        t.work_seen(key("d"), ms(260));
-        t.cluster_done("r", "a", ms(150));
-        t.cluster_done("r", "b", ms(230));
+        t.work_seen(key("d"), ms(260), 1);
+        t.cluster_done("r", "a", ms(150), 1);
+        t.cluster_done("r", "b", ms(230), 1);
         let names: Vec<String> = ["a", "b", "c", "d"].map(String::from).to_vec();
         let f = t.run_figures("r", "p", 0, &names);
         let mut step = f.step.clone();
@@ -283,5 +313,21 @@ mod tests {
         assert_eq!(done, [Duration::from_millis(30), Duration::from_millis(50)]);
         assert_eq!(f.agent.len(), 2);
         assert_eq!(t.done_count("r"), 2);
+    }
+
+    #[test]
+    fn progress_after_a_restart_counts_only_what_was_written_after_it() {
+        let t = Timeline::default();
+        let t0 = Instant::now();
+        let ms = |m| t0 + Duration::from_millis(m);
+        let key = |c: &str| ("p".to_string(), c.to_string(), 0);
+        // The killed hub wrote a's Work at version 10; it reaches the member after the kill
+        // (marker 20). The new hub writes b's Work at 25 and marks a done at 30.
+        t.work_seen(key("a"), ms(100), 10);
+        t.work_seen(key("b"), ms(300), 25);
+        t.cluster_done("r", "a", ms(250), 30);
+        assert_eq!(t.first_progress_after("r", "p", 0, 20), Some(ms(250)));
+        assert_eq!(t.first_progress_after("r", "p", 0, 30), None);
+        assert_eq!(t.first_progress_after("r", "p", 0, 5), Some(ms(100)));
     }
 }
