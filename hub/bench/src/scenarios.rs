@@ -271,14 +271,14 @@ impl Bench {
             let progress = self
                 .timeline
                 .wait(self.timeout, |t| {
-                    t.first_progress_after(run, placement, 0, written_before)
+                    t.first_progress_after(run, placement, 0, started, written_before)
                         .is_some()
                         || t.run_outcome(run).is_some()
                 })
                 .await;
             let first = self
                 .timeline
-                .first_progress_after(run, placement, 0, written_before)
+                .first_progress_after(run, placement, 0, started, written_before)
                 .filter(|_| progress)
                 .context("the run made no progress after the hub restarted")?;
             resumed.push(first.saturating_duration_since(started));

@@ -169,32 +169,36 @@ impl Timeline {
         .unwrap_or_default()
     }
 
-    /// The first sign of progress of `run` (of `placement` at `index`) written after
-    /// resourceVersion `written_after` (the hub API server's revision once the old hub was
-    /// dead): a Work delivered or a cluster marked done. A Work the killed hub wrote just before
-    /// it died can reach a member after the restart; it is not the new hub's progress.
+    /// The first sign of progress of `run` (of `placement` at `index`) seen after `after` and
+    /// written after resourceVersion `written_after` (the hub API server's revision once the old
+    /// hub was dead): a Work delivered or a cluster marked done. A Work the killed hub wrote just
+    /// before it died can reach a member after the restart; it is not the new hub's progress.
     pub fn first_progress_after(
         &self,
         run: &str,
         placement: &str,
         index: i64,
+        after: Instant,
         written_after: u64,
     ) -> Option<Instant> {
         self.read(|i| {
             let works = i
                 .work_seen
                 .iter()
-                .filter(|(k @ (p, _, x), _)| {
+                .filter(|(k @ (p, _, x), t)| {
                     p == placement
                         && *x == index
+                        && **t > after
                         && i.work_version.get(*k).is_some_and(|v| *v > written_after)
                 })
                 .map(|(_, t)| *t);
             let done = i
                 .cluster_done
                 .iter()
-                .filter(|(k @ (r, _), _)| {
-                    r == run && i.done_version.get(*k).is_some_and(|v| *v > written_after)
+                .filter(|(k @ (r, _), t)| {
+                    r == run
+                        && **t > after
+                        && i.done_version.get(*k).is_some_and(|v| *v > written_after)
                 })
                 .map(|(_, t)| *t);
             works.chain(done).min()
@@ -326,8 +330,9 @@ mod tests {
         t.work_seen(key("a"), ms(100), 10);
         t.work_seen(key("b"), ms(300), 25);
         t.cluster_done("r", "a", ms(250), 30);
-        assert_eq!(t.first_progress_after("r", "p", 0, 20), Some(ms(250)));
-        assert_eq!(t.first_progress_after("r", "p", 0, 30), None);
-        assert_eq!(t.first_progress_after("r", "p", 0, 5), Some(ms(100)));
+        assert_eq!(t.first_progress_after("r", "p", 0, t0, 20), Some(ms(250)));
+        assert_eq!(t.first_progress_after("r", "p", 0, t0, 30), None);
+        assert_eq!(t.first_progress_after("r", "p", 0, t0, 5), Some(ms(100)));
+        assert_eq!(t.first_progress_after("r", "p", 0, ms(260), 5), Some(ms(300)));
     }
 }
