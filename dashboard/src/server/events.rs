@@ -13,7 +13,7 @@ use fleethub_crds::{
     UpdateRun,
 };
 use futures::{Stream, StreamExt};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -23,6 +23,13 @@ use super::session::Session;
 /// Changes that arrive this close together are sent as one event.
 const COALESCE: Duration = Duration::from_millis(40);
 
+/// Sends `kind` on `tx` whenever an object of kind `K` changes, until `stop`: a metadata watch
+/// from the present, with the user's token. No object is listed: the page already shows what
+/// there is, and a feed that listed every object of seven kinds at each page open (10,000
+/// MemberClusters and Bindings are tens of megabytes, read from etcd) loaded the hub's API
+/// server with each browser tab. Whenever the watch starts or starts again from the present
+/// (at first, after an error, after its resource version expired), `kind` is sent too: a change
+/// may have come in between.
 fn forward<K>(
     client: &Client,
     kind: &'static str,
@@ -38,32 +45,95 @@ fn forward<K>(
 {
     let api = Api::<K>::all(client.clone());
     tokio::spawn(async move {
-        let mut stream = watcher(api, fleethub_runtime::watcher_config())
-            .backoff(fleethub_runtime::watch_backoff())
-            .boxed();
-        loop {
-            let item = tokio::select! {
-                _ = stop.cancelled() => return,
-                item = stream.next() => item,
-            };
-            match item {
-                None => return,
-                // The initial list (and a relist) ends with InitDone: a change may have been
-                // missed in between, so it counts as one.
-                Some(Ok(
-                    watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone,
-                )) => {
-                    if tx.send(kind).await.is_err() {
-                        return;
+        let feed = async {
+            // The page went away when the channel is closed: the feed ends.
+            // The resource version to watch from; none: from the present.
+            let mut version: Option<String> = None;
+            let mut failures = 0;
+            loop {
+                if failures > 0 {
+                    tokio::time::sleep(fleethub_runtime::WATCH_BACKOFF.delay(failures)).await;
+                }
+                let from = match version.take() {
+                    Some(v) => v,
+                    None => match present(&api).await {
+                        Ok(v) => {
+                            if tx.send(kind).await.is_err() {
+                                return;
+                            }
+                            v
+                        }
+                        Err(e) => {
+                            tracing::debug!(kind, error = %e, "change feed cannot read the present resource version; retrying");
+                            failures += 1;
+                            continue;
+                        }
+                    },
+                };
+                // Bookmarks are on by default: they keep the version to resume from current.
+                let params =
+                    WatchParams::default().timeout(fleethub_runtime::WATCH_TIMEOUT_SECONDS);
+                let mut events = match api.watch_metadata(&params, &from).await {
+                    Ok(events) => events.boxed(),
+                    Err(e) => {
+                        tracing::debug!(kind, error = %e, "change feed watch failed; retrying");
+                        version = (!is_gone(&e)).then_some(from);
+                        failures += 1;
+                        continue;
+                    }
+                };
+                version = Some(from);
+                failures = 0;
+                while let Some(event) = events.next().await {
+                    match event {
+                        Ok(
+                            WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o),
+                        ) => {
+                            version = o.metadata.resource_version.or(version);
+                            if tx.send(kind).await.is_err() {
+                                return;
+                            }
+                        }
+                        Ok(WatchEvent::Bookmark(b)) => {
+                            version = Some(b.metadata.resource_version);
+                        }
+                        Ok(WatchEvent::Error(e)) => {
+                            // 410: the version is too old to resume from: start from the present.
+                            if e.code == 410 {
+                                version = None;
+                            } else {
+                                failures += 1;
+                            }
+                            break;
+                        }
+                        Err(e) => {
+                            tracing::debug!(kind, error = %e, "change feed watch failed; retrying");
+                            failures += 1;
+                            break;
+                        }
                     }
                 }
-                Some(Ok(_)) => {}
-                Some(Err(e)) => {
-                    tracing::debug!(kind, error = %e, "change feed watch failed; retrying");
-                }
             }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = feed => {}
         }
     });
+}
+
+/// The hub API server's present resource version, from a list of at most one object's
+/// metadata.
+async fn present<K>(api: &Api<K>) -> Result<String, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let list = api.list_metadata(&ListParams::default().limit(1)).await?;
+    Ok(list.metadata.resource_version.unwrap_or_default())
+}
+
+fn is_gone(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 410)
 }
 
 /// `GET /events`: one `message` event per burst of changes, its data the kind that changed
