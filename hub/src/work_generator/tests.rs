@@ -450,26 +450,43 @@ fn a_work_triggers_its_binding_by_the_bindings_own_key() {
     assert_eq!(binding_of(&orphan), None);
 }
 
-/// A Work just written waits (at most REPORT_GRACE) for its member's first report before its
-/// Binding's status is written; a report, a failure or a Work gone end the wait at once.
+/// A Work just written waits (at most REPORT_GRACE) for its member's settled report (applied
+/// and available, or failed) before its Binding's status is written; such a report, a failure
+/// or a Work gone end the wait at once.
 #[test]
-fn the_binding_status_waits_briefly_for_the_members_first_report_on_a_new_work() {
-    let outcome = |generation: i64, reported: Option<i64>, status: &'static str| {
+fn the_binding_status_waits_briefly_for_the_members_settled_report_on_a_new_work() {
+    let condition =
+        |type_: &str, status: &str, reason: &str, g: i64| fleethub_crds::conditions::Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: String::new(),
+            observed_generation: Some(g),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                Timestamp::UNIX_EPOCH,
+            ),
+        };
+    // What the member reported at generation g: applied and available (`TRUE`), applied with
+    // workloads not ready (`NOT_READY`), or not applied (`FALSE`).
+    const NOT_READY: &str = "not ready";
+    let report = |g: i64, how: &str| WorkStatus {
+        conditions: match how {
+            TRUE => vec![
+                condition(APPLIED, TRUE, "Applied", g),
+                condition(AVAILABLE, TRUE, "WorkloadsAvailable", g),
+            ],
+            NOT_READY => vec![
+                condition(APPLIED, TRUE, "Applied", g),
+                condition(AVAILABLE, FALSE, "WorkloadsNotReady", g),
+            ],
+            _ => vec![condition(APPLIED, FALSE, "ApplyFailed", g)],
+        },
+        ..Default::default()
+    };
+    let outcome_with = |generation: i64, reported: Option<(i64, &str)>, status: &'static str| {
         let mut w = work(3, None, vec![]);
         w.metadata.generation = Some(generation);
-        w.status = reported.map(|g| WorkStatus {
-            conditions: vec![fleethub_crds::conditions::Condition {
-                type_: APPLIED.into(),
-                status: TRUE.into(),
-                reason: "Applied".into(),
-                message: String::new(),
-                observed_generation: Some(g),
-                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                    Timestamp::UNIX_EPOCH,
-                ),
-            }],
-            ..Default::default()
-        });
+        w.status = reported.map(|(g, how)| report(g, how));
         Outcome {
             work: Some(Arc::new(w)),
             sync: Sync {
@@ -480,6 +497,9 @@ fn the_binding_status_waits_briefly_for_the_members_first_report_on_a_new_work()
             requeue: Requeue::await_change(),
             overridden: None,
         }
+    };
+    let outcome = |generation: i64, reported: Option<i64>, status: &'static str| {
+        outcome_with(generation, reported.map(|g| (g, TRUE)), status)
     };
     let key = || "fleet-member-a/web".to_string();
     let reports = FirstReports::default();
@@ -494,7 +514,19 @@ fn the_binding_status_waits_briefly_for_the_members_first_report_on_a_new_work()
         left.is_some_and(|l| l <= REPORT_GRACE && !l.is_zero()),
         "{left:?}"
     );
-    // The member's report: write now, and forget the Work.
+    // The member applied it and its workloads are not ready yet: the next report follows
+    // when they are; keep waiting.
+    assert!(
+        reports
+            .wait(
+                key(),
+                Step::Keep(3),
+                Some(2),
+                &outcome_with(2, Some((2, NOT_READY)), TRUE)
+            )
+            .is_some()
+    );
+    // The member's report of availability: write now, and forget the Work.
     assert_eq!(
         reports.wait(key(), Step::Keep(3), Some(2), &outcome(2, Some(2), TRUE)),
         None
@@ -525,4 +557,19 @@ fn the_binding_status_waits_briefly_for_the_members_first_report_on_a_new_work()
     };
     assert_eq!(reports.wait(key(), Step::Remove, Some(2), &gone), None);
     assert!(reports.0.lock().unwrap().is_empty());
+    // A failure to apply is settled: no wait.
+    assert!(
+        reports
+            .wait(key(), Step::Apply(3), Some(1), &outcome(2, None, TRUE))
+            .is_some()
+    );
+    assert_eq!(
+        reports.wait(
+            key(),
+            Step::Keep(3),
+            Some(2),
+            &outcome_with(2, Some((2, FALSE)), TRUE)
+        ),
+        None
+    );
 }
