@@ -333,6 +333,9 @@ mod tests {
         assert_eq!(t.first_progress_after("r", "p", 0, t0, 20), Some(ms(250)));
         assert_eq!(t.first_progress_after("r", "p", 0, t0, 30), None);
         assert_eq!(t.first_progress_after("r", "p", 0, t0, 5), Some(ms(100)));
-        assert_eq!(t.first_progress_after("r", "p", 0, ms(260), 5), Some(ms(300)));
+        assert_eq!(
+            t.first_progress_after("r", "p", 0, ms(260), 5),
+            Some(ms(300))
+        );
     }
 }
