@@ -20,6 +20,13 @@ pub fn is_generated(obj: &Value) -> bool {
     }
 }
 
+/// Annotations a snapshot does not hold: written on the hub by kubectl and by the hub's own
+/// controllers (a Deployment's revision moves with each rollout there), not part of the content.
+pub const DROPPED_ANNOTATIONS: [&str; 2] = [
+    "kubectl.kubernetes.io/last-applied-configuration",
+    "deployment.kubernetes.io/revision",
+];
+
 /// `obj` as it should be applied on a member: server-populated metadata, status and
 /// cluster-specific fields removed.
 pub fn clean(mut obj: Value) -> Value {
@@ -40,8 +47,9 @@ pub fn clean(mut obj: Value) -> Value {
             meta.remove(field);
         }
         if let Some(annotations) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
-            annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
-            annotations.remove("deployment.kubernetes.io/revision");
+            for dropped in DROPPED_ANNOTATIONS {
+                annotations.remove(dropped);
+            }
             if annotations.is_empty() {
                 meta.remove("annotations");
             }
