@@ -23,6 +23,7 @@ use super::content_marks::ContentMarks;
 use super::gather::{self, DiscoveryCache};
 use super::plan::{self, NewSnapshot, Observed, Plan};
 use super::snapshot_cache::{self, OwnSnapshotWrites};
+use super::status_pace::StatusPace;
 use super::triggers;
 use crate::Error;
 use crate::clock::Clock;
@@ -49,6 +50,8 @@ struct Context {
     /// that follows its own write closely (a Binding changed meanwhile) plans from it, not from
     /// the copy before it, and does not write the same status twice.
     written: LastWritten<Placement>,
+    /// When each status was last written: a change of detail alone waits for the interval.
+    pace: StatusPace,
 }
 
 impl Context {
@@ -103,6 +106,7 @@ pub async fn run(
         content,
         placements: placements.clone(),
         written: LastWritten::slimmed_by(fleethub_runtime::strip_managed_fields),
+        pace: StatusPace::default(),
     });
     controller
         .owns_stream(fleethub_runtime::slim_reflected_stream(
@@ -158,8 +162,12 @@ async fn reconcile(placement: Arc<Placement>, ctx: Arc<Context>) -> Result<Reque
     let (observed, gathering) = observe(&ctx, &placement).await?;
     let plan = plan::plan(&placement, observed, ctx.clock.now());
     act(&ctx, &placement, &plan, gathering).await?;
-    report(&ctx, &placement, plan.status).await?;
-    Ok(plan.next)
+    Ok(match report(&ctx, &placement, plan.status).await? {
+        // Sooner than any timer of the plan's (those are seconds to minutes away), and the
+        // reconcile then plans again.
+        Some(deferred) => Requeue::requeue(deferred),
+        None => plan.next,
+    })
 }
 
 /// Whether the member, binding and snapshot caches hold everything. Planning on a cache still being
@@ -358,12 +366,13 @@ async fn write_binding(
     }
 }
 
-/// Writes the placement's status when the plan changed it.
+/// Writes the placement's status when the plan changed it; or, when the change is of detail
+/// alone and the last write was less than a second ago, says how long to wait before it is.
 async fn report(
     ctx: &Context,
     placement: &Placement,
     status: fleethub_crds::placement::PlacementStatus,
-) -> Result<(), Error> {
+) -> Result<Option<Duration>, Error> {
     // Compared as JSON, as the API server stores it (times in whole seconds).
     let stored = |s: &fleethub_crds::placement::PlacementStatus| serde_json::to_value(s).ok();
     if placement
@@ -371,9 +380,16 @@ async fn report(
         .as_ref()
         .is_some_and(|p| stored(p) == stored(&status))
     {
-        return Ok(());
+        return Ok(None);
     }
     let name = placement.name_any();
+    let now = Instant::now();
+    if let Some(wait) = ctx
+        .pace
+        .wait(&name, placement.status.as_ref(), &status, now)
+    {
+        return Ok(Some(wait));
+    }
     // The status subresource ignores the spec; it is sent only because the type carries one.
     let patch = Placement {
         status: Some(status),
@@ -387,5 +403,6 @@ async fn report(
         )
         .await?;
     ctx.written.record(&name, written);
-    Ok(())
+    ctx.pace.wrote(&name, now);
+    Ok(None)
 }

@@ -9,6 +9,7 @@ mod gather;
 pub mod plan;
 mod snapshot_cache;
 pub mod status;
+mod status_pace;
 pub(crate) mod triggers;
 
 #[cfg(test)]
