@@ -2,8 +2,11 @@
 //! the stage as a [`ClusterUpdatingStatus`], in update order; the stored form keeps that for
 //! stages of at most [`DETAILED_STAGE_CLUSTERS`] clusters, and a compact form above:
 //!
-//! - `clusterNames`: the plan, the stage's clusters in update order;
-//! - `succeededClusters`: which of them succeeded, as index ranges into `clusterNames`
+//! - `clusterNameList`: the plan, the stage's clusters in update order, comma-separated (one
+//!   string, not a list: the API server decodes, validates and tracks each item of a list on
+//!   every status write, and a 10,000-cluster run's 10,000 names were half the CPU of each of
+//!   its status writes; runs stored before keep `clusterNames`, a list, which still reads);
+//! - `succeededClusters`: which of them succeeded, as index ranges into that list
 //!   (`0-833,835`), without their times (their Work status has them);
 //! - `clusters`: only the clusters that are updating, failed or were passed over; an updating
 //!   cluster is its name, start time and (for the first [`PROGRESS_KEPT`]) its progress.
@@ -85,10 +88,14 @@ pub struct StoredStage {
     /// The stage's clusters counted by state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_counts: Option<ClusterCounts>,
-    /// Stages of over 100 clusters: the stage's clusters, in update order.
+    /// Stages of over 100 clusters: the stage's clusters, in update order, comma-separated.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cluster_name_list: String,
+    /// Stages of over 100 clusters, as runs stored them before `clusterNameList`: the stage's
+    /// clusters, in update order. Read, never written.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cluster_names: Vec<String>,
-    /// Stages of over 100 clusters: which of `clusterNames` succeeded, as comma-separated
+    /// Stages of over 100 clusters: which of `clusterNameList` succeeded, as comma-separated
     /// 0-based indexes and index ranges (`0-833,835`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(regex(pattern = r"^([0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)?$"))]
@@ -132,7 +139,8 @@ impl From<StageUpdatingStatus> for StoredStage {
         StoredStage {
             stage_name: stage.stage_name,
             cluster_counts: Some(counts),
-            cluster_names,
+            cluster_name_list: cluster_names.join(","),
+            cluster_names: Vec::new(),
             succeeded_clusters,
             clusters,
             before_stage_task_status: stage.before_stage_task_status,
@@ -147,11 +155,20 @@ impl From<StageUpdatingStatus> for StoredStage {
 
 impl From<StoredStage> for StageUpdatingStatus {
     fn from(stored: StoredStage) -> Self {
-        let clusters = if stored.cluster_names.is_empty() {
+        let names = if stored.cluster_name_list.is_empty() {
+            stored.cluster_names
+        } else {
+            stored
+                .cluster_name_list
+                .split(',')
+                .map(str::to_string)
+                .collect()
+        };
+        let clusters = if names.is_empty() {
             stored.clusters
         } else {
             expand(
-                stored.cluster_names,
+                names,
                 &stored.succeeded_clusters,
                 stored.clusters,
                 stored.start_time.as_ref(),

@@ -101,6 +101,7 @@ fn a_small_stage_is_stored_cluster_by_cluster_with_its_counts() {
     let (json, back) = round_trip(&stage);
     assert_eq!(back, stage);
     assert_eq!(json["clusters"].as_array().unwrap().len(), 100);
+    assert!(json.get("clusterNameList").is_none());
     assert!(json.get("clusterNames").is_none());
     assert_eq!(
         json["clusterCounts"],
@@ -112,7 +113,16 @@ fn a_small_stage_is_stored_cluster_by_cluster_with_its_counts() {
 fn a_large_stage_keeps_the_plan_and_every_cluster_the_planner_decides_on() {
     let stage = stage(1_000);
     let (json, back) = round_trip(&stage);
-    assert_eq!(json["clusterNames"].as_array().unwrap().len(), 1_000);
+    let names: Vec<&str> = json["clusterNameList"]
+        .as_str()
+        .unwrap()
+        .split(',')
+        .collect();
+    assert_eq!(names.len(), 1_000);
+    assert!(
+        json.get("clusterNames").is_none(),
+        "the list form is only read"
+    );
     // Updating, failed and skipped clusters are kept; pending and succeeded ones are not.
     assert_eq!(json["clusters"].as_array().unwrap().len(), 600);
     assert_eq!(back.clusters.len(), 1_000);
@@ -177,4 +187,23 @@ fn a_stored_stage_from_before_the_compact_form_reads() {
     let stage: StageUpdatingStatus = serde_json::from_value(json).unwrap();
     assert_eq!(stage.clusters.len(), 2);
     assert_eq!(stage.clusters[1].cluster_name, "b");
+}
+
+#[test]
+fn a_large_stage_stored_with_its_names_as_a_list_reads_as_with_the_name_list() {
+    let stage = stage(1_000);
+    let (mut json, back) = round_trip(&stage);
+    let list = json["clusterNameList"].as_str().unwrap().to_string();
+    let object = json.as_object_mut().unwrap();
+    object.remove("clusterNameList");
+    object.insert(
+        "clusterNames".into(),
+        list.split(',').collect::<Vec<_>>().into(),
+    );
+    let old: StageUpdatingStatus = serde_json::from_value(json).unwrap();
+    assert_eq!(old, back);
+    // Written again, it takes the name list.
+    let again = serde_json::to_value(&old).unwrap();
+    assert_eq!(again["clusterNameList"].as_str(), Some(list.as_str()));
+    assert!(again.get("clusterNames").is_none());
 }

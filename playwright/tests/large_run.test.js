@@ -78,9 +78,11 @@ test('a 120-cluster stage is stored compact, and its page shows counts, pages an
   const progressing = () => getJson('updaterun', name)?.status?.conditions?.find((c) => c.type === 'Progressing');
   await waitFor('the hub to plan the run', () => progressing()?.reason === 'UpdateRunNotStarted', 120_000);
 
-  // Stored compact: the plan as names in order, the counts, no per-cluster entries yet.
+  // Stored compact: the plan as names in order (one comma-separated string), the counts, no
+  // per-cluster entries yet.
   const stage = getJson('updaterun', name).status.stagesStatus[0];
-  assert.deepEqual(stage.clusterNames, members);
+  assert.deepEqual(stage.clusterNameList.split(','), members);
+  assert.equal(stage.clusterNames, undefined);
   assert.deepEqual(stage.clusterCounts, { total: CLUSTERS, pending: CLUSTERS, updating: 0, succeeded: 0, failed: 0, skipped: 0 });
   assert.deepEqual(stage.clusters, []);
 
