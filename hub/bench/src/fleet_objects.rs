@@ -279,12 +279,31 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
     let lp = ListParams::default().labels(&format!("{BENCH_LABEL}=true"));
-    Api::<K>::all(client.clone())
-        .delete_collection(&DeleteParams::background(), &lp)
-        .await
-        .map_err(|e| anyhow::anyhow!("deleting bench {}s: {e}", K::kind(&())))?;
-    Ok(())
+    let api = Api::<K>::all(client.clone());
+    // A collection of 10,000 outlasts the API server's request timeout: the connection is
+    // closed with part of it deleted. Deleting the collection again goes on from there.
+    let mut attempt = 1;
+    loop {
+        match api
+            .delete_collection(&DeleteParams::background(), &lp)
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if attempt < DELETE_ATTEMPTS => {
+                eprintln!(
+                    "[bench] deleting bench {}s: {e}; again ({attempt}/{DELETE_ATTEMPTS})",
+                    K::kind(&())
+                );
+                attempt += 1;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => anyhow::bail!("deleting bench {}s: {e}", K::kind(&())),
+        }
+    }
 }
+
+/// How many times the clean-up asks the API server to delete one kind's bench objects.
+const DELETE_ATTEMPTS: u32 = 10;
 
 /// Deletes every UpdateRun the bench created (its ApprovalRequests go with it).
 pub async fn delete_runs(client: &Client) -> anyhow::Result<()> {
