@@ -248,19 +248,25 @@ pub async fn runs(client: &Client) -> Result<RunsView, Error> {
 /// The page of run `name`: the clusters `query` asks for, marked from their Bindings (listed by
 /// label for just those clusters: a run may have 10,000).
 pub async fn run(client: &Client, name: &str, query: &RunQuery) -> Result<RunView, Error> {
-    let run = Api::<UpdateRun>::all(client.clone())
-        .get_with(name, &GetParams::any())
-        .await
-        .map_err(|e| Error::from_kube(e, "load the run", &format!("UpdateRun {name}")))?;
-    let approvals = Api::<ApprovalRequest>::all(client.clone())
-        .list(&from_cache().labels(&format!(
-            "{}={name}",
-            fleethub_crds::names::UPDATE_RUN_LABEL
-        )))
-        .await
-        .map_err(|e| {
-            Error::from_kube(e, "list the run's approval requests", "approval requests")
-        })?;
+    // The run and its approval requests are read together; the Bindings need the run first.
+    let run = async {
+        Api::<UpdateRun>::all(client.clone())
+            .get_with(name, &GetParams::any())
+            .await
+            .map_err(|e| Error::from_kube(e, "load the run", &format!("UpdateRun {name}")))
+    };
+    let approvals = async {
+        Api::<ApprovalRequest>::all(client.clone())
+            .list(&from_cache().labels(&format!(
+                "{}={name}",
+                fleethub_crds::names::UPDATE_RUN_LABEL
+            )))
+            .await
+            .map_err(|e| {
+                Error::from_kube(e, "list the run's approval requests", "approval requests")
+            })
+    };
+    let (run, approvals) = futures::try_join!(run, approvals)?;
     let mut view = views::run(&run, &approvals.items, query);
     let shown = views::shown_clusters(&view);
     if !shown.is_empty() {
