@@ -7,6 +7,7 @@ use fleethub_crds::{
     ApprovalRequest, Binding, MemberCluster, Placement, ResourceSnapshot, StagedUpdateStrategy,
     UpdateRun, names,
 };
+use fleethub_runtime::retry::{self, Backoff};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
@@ -280,30 +281,30 @@ where
 {
     let lp = ListParams::default().labels(&format!("{BENCH_LABEL}=true"));
     let api = Api::<K>::all(client.clone());
+    let dp = DeleteParams::background();
     // A collection of 10,000 outlasts the API server's request timeout: the connection is
     // closed with part of it deleted. Deleting the collection again goes on from there.
-    let mut attempt = 1;
-    loop {
-        match api
-            .delete_collection(&DeleteParams::background(), &lp)
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(e) if attempt < DELETE_ATTEMPTS => {
-                eprintln!(
-                    "[bench] deleting bench {}s: {e}; again ({attempt}/{DELETE_ATTEMPTS})",
-                    K::kind(&())
-                );
-                attempt += 1;
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            Err(e) => anyhow::bail!("deleting bench {}s: {e}", K::kind(&())),
-        }
-    }
+    retry::retry(
+        DELETE_RETRY,
+        DELETE_ATTEMPTS,
+        || api.delete_collection(&dp, &lp),
+        |_| true,
+        |e, wait| {
+            eprintln!(
+                "[bench] deleting bench {}s: {e}; again in {wait:?}",
+                K::kind(&())
+            )
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("deleting bench {}s: {e}", K::kind(&())))?;
+    Ok(())
 }
 
-/// How many times the clean-up asks the API server to delete one kind's bench objects.
-const DELETE_ATTEMPTS: u32 = 10;
+/// How many times the clean-up asks the API server to delete one kind's bench objects, a
+/// second apart.
+const DELETE_ATTEMPTS: usize = 10;
+const DELETE_RETRY: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(1));
 
 /// Deletes every UpdateRun the bench created (its ApprovalRequests go with it).
 pub async fn delete_runs(client: &Client) -> anyhow::Result<()> {
