@@ -123,8 +123,15 @@ fn a_large_stage_keeps_the_plan_and_every_cluster_the_planner_decides_on() {
         json.get("clusterNames").is_none(),
         "the list form is only read"
     );
-    // Updating, failed and skipped clusters are kept; pending and succeeded ones are not.
-    assert_eq!(json["clusters"].as_array().unwrap().len(), 600);
+    // Updating clusters keeping their progress, failed and skipped ones are items; the other
+    // updating clusters are index ranges with their start times.
+    assert_eq!(json["clusters"].as_array().unwrap().len(), 500);
+    let updating = json["updatingClusters"].as_str().unwrap();
+    assert_eq!(updating.split(',').count(), 100);
+    assert!(
+        updating.starts_with("501@2027-01-15T08:08:21Z,506@"),
+        "{updating}"
+    );
     assert_eq!(back.clusters.len(), 1_000);
     let mut progress_kept = 0;
     for (i, (was, is)) in stage.clusters.iter().zip(&back.clusters).enumerate() {
@@ -162,6 +169,59 @@ fn succeeded_clusters_are_stored_as_index_ranges() {
         "0-149,152,157,162,167,172,177,182,187,192,197"
     );
     assert_eq!(ClusterCounts::of(&back.clusters).succeeded, 160);
+}
+
+#[test]
+fn updating_clusters_started_together_are_one_range() {
+    let mut stage = stage(300);
+    for (i, c) in stage.clusters.iter_mut().enumerate() {
+        *c = if (10..250).contains(&i) && i != 120 {
+            cluster(1)
+        } else {
+            cluster(0)
+        };
+        c.cluster_name = format!("edge-{i:05}");
+        c.progress = None;
+        if i >= 200 && c.start_time.is_some() {
+            c.start_time = Some(at(7));
+        }
+        for cond in &mut c.conditions {
+            cond.message = started_message(&c.cluster_name);
+            cond.last_transition_time = c.start_time.clone().unwrap();
+        }
+    }
+    let (json, back) = round_trip(&stage);
+    assert_eq!(
+        json["updatingClusters"],
+        "10-119@2027-01-15T08:00:01Z,121-199@2027-01-15T08:00:01Z,200-249@2027-01-15T08:00:07Z"
+    );
+    assert_eq!(json["clusters"].as_array().unwrap().len(), 0);
+    assert_eq!(back, stage);
+    assert_eq!(ClusterCounts::of(&back.clusters).updating, 239);
+}
+
+#[test]
+fn updating_ranges_that_do_not_read_name_nothing() {
+    let times = parse_timed_ranges(
+        "0-1@2027-01-15T08:00:01Z,x@2027-01-15T08:00:01Z,2@never,3,4-9@2027-01-15T08:00:02Z",
+        6,
+    );
+    let seconds: Vec<Option<i64>> = times
+        .iter()
+        .map(|t| t.as_ref().map(|t| t.0.as_second()))
+        .collect();
+    let base = at(0).0.as_second();
+    assert_eq!(
+        seconds,
+        [
+            Some(base + 1),
+            Some(base + 1),
+            None,
+            None,
+            Some(base + 2),
+            Some(base + 2)
+        ]
+    );
 }
 
 #[test]
