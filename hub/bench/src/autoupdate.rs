@@ -77,7 +77,7 @@ impl Bench {
         })
         .await?;
 
-        self.samplers.reset();
+        self.samplers.reset().await;
         let pushed = Instant::now();
         self.fleet
             .push_tags(&repo_of(&image("1.1.0")), &["1.1.0"])?;
@@ -104,10 +104,10 @@ impl Bench {
             started.saturating_duration_since(pushed).as_secs_f64(),
             done.saturating_duration_since(pushed).as_secs_f64()
         ));
-        self.samplers.record(&mut s);
+        self.samplers.record(&mut s).await;
         self.report(s);
 
-        self.samplers.reset();
+        self.samplers.reset().await;
         self.sim
             .unready()
             .lock()
@@ -148,7 +148,7 @@ impl Bench {
             failed.saturating_duration_since(pushed).as_secs_f64(),
             back.saturating_duration_since(failed).as_secs_f64()
         ));
-        self.samplers.record(&mut s);
+        self.samplers.record(&mut s).await;
         self.report(s);
         Ok(())
     }

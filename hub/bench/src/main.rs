@@ -17,6 +17,7 @@ mod metric_gates;
 mod overrides;
 mod process;
 mod report;
+mod requests;
 mod scenarios;
 mod sim;
 mod stats;
@@ -162,7 +163,7 @@ impl Bench {
         if target <= have {
             return Ok(());
         }
-        self.samplers.reset();
+        self.samplers.reset().await;
         let start = Instant::now();
         let created = objects::create_members(
             &self.client,
@@ -223,7 +224,7 @@ impl Bench {
             )),
             ..Default::default()
         };
-        self.samplers.record(&mut s);
+        self.samplers.record(&mut s).await;
         self.report(s);
         Ok(())
     }
@@ -367,7 +368,7 @@ async fn bench(args: Args) -> anyhow::Result<bool> {
     let mut bench = Bench {
         dashboard,
         timeout: Duration::from_secs(args.timeout_seconds),
-        samplers: Samplers::start(fleet),
+        samplers: Samplers::start(fleet, client.clone()),
         args: args.clone(),
         fleet,
         client: client.clone(),

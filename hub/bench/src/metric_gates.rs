@@ -75,7 +75,7 @@ impl Bench {
         }
         let passed = watch_gates(self.client.clone());
         let checks_before = hub_metric_checks(self.fleet).await?;
-        self.samplers.reset();
+        self.samplers.reset().await;
         let start = Instant::now();
         for (placement, run, _) in &slices {
             objects::create_run(&self.client, run, placement, 0, strategy).await?;
@@ -155,7 +155,7 @@ impl Bench {
             ];
         }
         fill(&mut s, figures);
-        self.samplers.record(&mut s);
+        self.samplers.record(&mut s).await;
         self.report(s);
         Ok(())
     }

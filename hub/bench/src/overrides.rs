@@ -276,7 +276,7 @@ impl Bench {
         what: &str,
     ) -> anyhow::Result<()> {
         let run = format!("{placement}-run-{index}");
-        self.samplers.reset();
+        self.samplers.reset().await;
         let start = Instant::now();
         objects::create_run(&self.client, &run, placement, index, STRATEGY).await?;
         let done = self.outcome(&run).await?;
@@ -291,7 +291,7 @@ impl Bench {
             &mut s,
             self.timeline.run_figures(&run, placement, index, clusters),
         );
-        self.samplers.record(&mut s);
+        self.samplers.record(&mut s).await;
         s.notes.push(format!(
             "hub CPU per cluster {:.2} ms",
             s.hub.cpu_seconds * 1e3 / clusters.len() as f64

@@ -1,10 +1,14 @@
 //! What a scenario measured, and the report: one line per scenario while running, Markdown
 //! tables and JSON at the end.
 
+use std::sync::{Mutex, PoisonError};
+
 use fleethub_testkit::Fleet;
+use kube::Client;
 use serde::Serialize;
 
 use crate::process::{self, Sampler, Usage};
+use crate::requests;
 use crate::sim::WatchMode;
 use crate::stats::{Summary, summarize};
 use crate::timeline::RunFigures;
@@ -35,31 +39,49 @@ pub(crate) struct Scenario {
     pub(crate) hub: Usage,
     pub(crate) apiserver: Usage,
     pub(crate) etcd: Usage,
+    /// The hub API server's requests during the scenario (`VERB resource code`, count), the
+    /// most frequent first.
+    pub(crate) requests: Vec<(String, u64)>,
 }
 
 pub(crate) struct Samplers {
     hub: Sampler,
     apiserver: Sampler,
     etcd: Sampler,
+    client: Client,
+    /// The hub API server's request counter when the scenario started.
+    requests: Mutex<Option<requests::Counts>>,
 }
 
 impl Samplers {
-    pub(crate) fn start(fleet: &Fleet) -> Self {
+    pub(crate) fn start(fleet: &Fleet, client: Client) -> Self {
         Samplers {
             hub: Sampler::start(fleet.dir(), "hub"),
             apiserver: Sampler::start(fleet.dir(), "hub-apiserver"),
             etcd: Sampler::start(fleet.dir(), "hub-etcd"),
+            client,
+            requests: Mutex::new(None),
         }
     }
-    pub(crate) fn reset(&self) {
+    pub(crate) async fn reset(&self) {
+        let counts = requests::read(&self.client).await;
+        *self.requests.lock().unwrap_or_else(PoisonError::into_inner) = counts;
         self.hub.reset();
         self.apiserver.reset();
         self.etcd.reset();
     }
-    pub(crate) fn record(&self, s: &mut Scenario) {
+    pub(crate) async fn record(&self, s: &mut Scenario) {
         s.hub = self.hub.usage();
         s.apiserver = self.apiserver.usage();
         s.etcd = self.etcd.usage();
+        let before = self
+            .requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let (Some(before), Some(after)) = (before, requests::read(&self.client).await) {
+            s.requests = requests::between(&before, &after);
+        }
     }
 }
 
@@ -89,6 +111,9 @@ pub(crate) fn one_line(s: &Scenario) -> String {
         s.hub.peak_rss_mib
     )
 }
+
+/// Request kinds listed per scenario.
+const REQUEST_ROWS: usize = 12;
 
 /// The figures as Markdown tables (they go into BENCHMARKS.md as printed).
 pub(crate) fn table(results: &[Scenario]) -> String {
@@ -139,6 +164,28 @@ pub(crate) fn table(results: &[Scenario]) -> String {
                 s.name, sum.count, sum.p50_ms, sum.p99_ms, sum.max_ms
             ));
         }
+    }
+    // The requests each cluster update cost (or, registering, each member), at least a tenth
+    // of one per update.
+    let mut requests = String::new();
+    for s in results {
+        let per = if s.clusters > 0 {
+            s.clusters
+        } else {
+            s.members
+        };
+        for (what, n) in s.requests.iter().take(REQUEST_ROWS) {
+            let each = *n as f64 / per.max(1) as f64;
+            if each >= 0.1 {
+                requests.push_str(&format!("| {} | {what} | {n} | {each:.2} |\n", s.name));
+            }
+        }
+    }
+    if !requests.is_empty() {
+        out.push_str(
+            "\n| scenario | hub API server request (verb, resource, code; no watches) | count | per cluster update (registering: per member) |\n|---|---|---:|---:|\n",
+        );
+        out.push_str(&requests);
     }
     for s in results.iter().filter(|s| !s.notes.is_empty()) {
         out.push_str(&format!("\n{}: {}\n", s.name, s.notes.join("; ")));

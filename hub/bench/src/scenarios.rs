@@ -24,7 +24,7 @@ impl Bench {
         objects::create_placement(&self.client, &placement, objects::APP_NAMESPACE, &clusters)
             .await?;
         objects::wait_placed(&self.client, &placement, 0, size, self.timeout).await?;
-        self.samplers.reset();
+        self.samplers.reset().await;
         let start = Instant::now();
         objects::create_run(&self.client, &run, &placement, 0, STRATEGY).await?;
         let done = self.outcome(&run).await?;
@@ -39,7 +39,7 @@ impl Bench {
             &mut s,
             self.timeline.run_figures(&run, &placement, 0, &clusters),
         );
-        self.samplers.record(&mut s);
+        self.samplers.record(&mut s).await;
         if let Some(d) = &self.dashboard {
             let mut first_bytes = Vec::new();
             let mut completes = Vec::new();
@@ -111,7 +111,7 @@ impl Bench {
             |b| b.iter().filter(|b| ours(&b.spec.placement_name)).count() >= runs * per,
         )
         .await?;
-        self.samplers.reset();
+        self.samplers.reset().await;
         let start = Instant::now();
         let started: Vec<anyhow::Result<()>> = futures::stream::iter(slices.iter())
             .map(|(p, r, _)| {
@@ -140,7 +140,7 @@ impl Bench {
             ..Default::default()
         };
         fill(&mut s, figures);
-        self.samplers.record(&mut s);
+        self.samplers.record(&mut s).await;
         self.report(s);
         Ok(())
     }
@@ -157,7 +157,7 @@ impl Bench {
         objects::set_content(&self.client, objects::GATED_NAMESPACE, "0").await?;
         objects::create_placement(&self.client, placement, objects::GATED_NAMESPACE, &clusters)
             .await?;
-        self.samplers.reset();
+        self.samplers.reset().await;
         let start = Instant::now();
         let mut latencies = Vec::new();
         let mut figures = RunFigures::default();
@@ -214,7 +214,7 @@ impl Bench {
             ..Default::default()
         };
         fill(&mut s, figures);
-        self.samplers.record(&mut s);
+        self.samplers.record(&mut s).await;
         self.report(s);
         Ok(())
     }
@@ -229,7 +229,7 @@ impl Bench {
         objects::create_placement(&self.client, placement, objects::APP_NAMESPACE, &clusters)
             .await?;
         objects::wait_placed(&self.client, placement, 0, size, self.timeout).await?;
-        self.samplers.reset();
+        self.samplers.reset().await;
         let start = Instant::now();
         objects::create_run(&self.client, run, placement, 0, STRATEGY).await?;
         let mut resumed = Vec::new();
@@ -307,7 +307,7 @@ impl Bench {
             &mut s,
             self.timeline.run_figures(run, placement, 0, &clusters),
         );
-        self.samplers.record(&mut s);
+        self.samplers.record(&mut s).await;
         self.report(s);
         Ok(())
     }
