@@ -228,7 +228,7 @@ struct Compact {
 fn compact(clusters: Vec<ClusterUpdatingStatus>) -> Compact {
     let mut names = Vec::with_capacity(clusters.len());
     let mut succeeded = Ranges::default();
-    let mut updating = TimedRanges::default();
+    let mut updating = Ranges::default();
     let mut detail = Vec::new();
     let mut with_progress = 0;
     for (i, mut c) in clusters.into_iter().enumerate() {
@@ -237,7 +237,7 @@ fn compact(clusters: Vec<ClusterUpdatingStatus>) -> Compact {
             ClusterPhase::Pending => {}
             // A cluster also passed over keeps its entry (the planner reads why).
             ClusterPhase::Succeeded if !is_true(&c.conditions, CLUSTER_SKIPPED) => {
-                succeeded.push(i)
+                succeeded.push(i, ())
             }
             ClusterPhase::Updating => {
                 // Its Started condition is rebuilt from its start time on reading.
@@ -260,7 +260,7 @@ fn compact(clusters: Vec<ClusterUpdatingStatus>) -> Compact {
                             && c.progress.is_none()
                             && c.end_time.is_none() =>
                     {
-                        updating.push(i, start)
+                        updating.push(i, format_time(start))
                     }
                     _ => detail.push(c),
                 }
@@ -272,8 +272,8 @@ fn compact(clusters: Vec<ClusterUpdatingStatus>) -> Compact {
     }
     Compact {
         names,
-        succeeded: succeeded.text(),
-        updating: updating.text(),
+        succeeded: succeeded.text(|_| String::new()),
+        updating: updating.text(|at| format!("@{at}")),
         detail,
     }
 }
@@ -365,57 +365,34 @@ fn condition(type_: &str, reason: &str, message: String, at: Time) -> Condition 
     }
 }
 
-/// Indexes pushed in increasing order, written as ranges: `0-3,5,7-9`.
-#[derive(Default)]
-struct Ranges(Vec<(usize, usize)>);
+/// Indexes pushed in increasing order, each with a tag, written as ranges of consecutive
+/// indexes with the same tag: `0-3,5` (no tag), or `0-3@2026-11-27T01:02:03Z,5@…` (a time).
+struct Ranges<T = ()>(Vec<(usize, usize, T)>);
 
-impl Ranges {
-    fn push(&mut self, i: usize) {
-        match self.0.last_mut() {
-            Some((_, end)) if *end + 1 == i => *end = i,
-            _ => self.0.push((i, i)),
-        }
-    }
-
-    fn text(&self) -> String {
-        let ranges: Vec<String> = self
-            .0
-            .iter()
-            .map(|&(start, end)| {
-                if start == end {
-                    start.to_string()
-                } else {
-                    format!("{start}-{end}")
-                }
-            })
-            .collect();
-        ranges.join(",")
+impl<T> Default for Ranges<T> {
+    fn default() -> Self {
+        Ranges(Vec::new())
     }
 }
 
-/// Indexes pushed in increasing order, each with a time, written as ranges of consecutive
-/// indexes with the same time: `0-3@2026-11-27T01:02:03Z,5@2026-11-27T01:02:04Z`.
-#[derive(Default)]
-struct TimedRanges(Vec<(usize, usize, String)>);
-
-impl TimedRanges {
-    fn push(&mut self, i: usize, at: &Time) {
-        let at = format_time(at);
+impl<T: PartialEq> Ranges<T> {
+    fn push(&mut self, i: usize, tag: T) {
         match self.0.last_mut() {
-            Some((_, end, last)) if *end + 1 == i && *last == at => *end = i,
-            _ => self.0.push((i, i, at)),
+            Some((_, end, last)) if *end + 1 == i && *last == tag => *end = i,
+            _ => self.0.push((i, i, tag)),
         }
     }
 
-    fn text(&self) -> String {
+    /// The ranges, each followed by what `suffix` makes of its tag.
+    fn text(&self, suffix: impl Fn(&T) -> String) -> String {
         let ranges: Vec<String> = self
             .0
             .iter()
-            .map(|(start, end, at)| {
+            .map(|(start, end, tag)| {
                 if start == end {
-                    format!("{start}@{at}")
+                    format!("{start}{}", suffix(tag))
                 } else {
-                    format!("{start}-{end}@{at}")
+                    format!("{start}-{end}{}", suffix(tag))
                 }
             })
             .collect();

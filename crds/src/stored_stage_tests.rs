@@ -233,9 +233,9 @@ fn ranges_that_do_not_read_name_nothing() {
     assert_eq!(parse_ranges("", 2), [false, false]);
     let mut r = Ranges::default();
     for i in [0, 1, 2, 4, 6, 7] {
-        r.push(i);
+        r.push(i, ());
     }
-    assert_eq!(r.text(), "0-2,4,6-7");
+    assert_eq!(r.text(|_| String::new()), "0-2,4,6-7");
 }
 
 #[test]
