@@ -194,13 +194,7 @@ impl Bench {
             "spec": {"resourceSelectors": [{"group": "", "version": "v1", "kind": "Namespace", "name": ns}],
                      "policy": {"placementType": "PickFixed", "clusterNames": ["member-1"]},
                      "strategy": {"type": "RollingUpdate", "applyStrategy": {"whenToApply": "IfNotDrifted"}}}});
-        Api::<Placement>::all(hub.clone())
-            .patch(
-                ns,
-                &PatchParams::apply(fleethub_crds::field_manager::BENCH).force(),
-                &Patch::Apply(&placement),
-            )
-            .await?;
+        objects::apply(&Api::<Placement>::all(hub.clone()), ns, &placement).await?;
         let work = names::work_name(ns);
         let works: Api<Work> = Api::namespaced(hub.clone(), &names::member_namespace("member-1"));
         // Records, per value, when the Work first reports `field` of `kind/name` drifted to it.

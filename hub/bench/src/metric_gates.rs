@@ -15,7 +15,7 @@ use fleethub_crds::update_run::METRIC_CHECK_PASSED;
 use fleethub_crds::{StagedUpdateStrategy, UpdateRun};
 use futures::StreamExt;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
@@ -178,14 +178,13 @@ async fn create_strategy(
         "spec": {"stages": [{"name": "all",
             "labelSelector": {"matchLabels": {BENCH_LABEL: "true"}},
             "afterStageTasks": tasks}]}});
-    Api::<StagedUpdateStrategy>::all(client.clone())
-        .patch(
-            name,
-            &PatchParams::apply(fleethub_crds::field_manager::BENCH).force(),
-            &Patch::Apply(&obj),
-        )
-        .await
-        .context("creating the metric-gate strategy")?;
+    crate::fleet_objects::apply(
+        &Api::<StagedUpdateStrategy>::all(client.clone()),
+        name,
+        &obj,
+    )
+    .await
+    .context("creating the metric-gate strategy")?;
     Ok(())
 }
 

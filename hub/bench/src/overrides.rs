@@ -20,7 +20,7 @@ use fleethub_crds::overrides::{
 };
 use fleethub_crds::{Work, names};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams};
 use serde_json::{Value, json};
 
 use crate::fleet_objects::{
@@ -243,13 +243,7 @@ impl Bench {
             let obj = json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "ResourceOverride",
                 "metadata": {"name": name, "labels": {BENCH_LABEL: "true"}},
                 "spec": override_spec(o, placement)});
-            api.patch(
-                &name,
-                &PatchParams::apply(fleethub_crds::field_manager::BENCH).force(),
-                &Patch::Apply(&obj),
-            )
-            .await
-            .map_err(|e| anyhow::anyhow!("applying ResourceOverride {name}: {e}"))?;
+            crate::fleet_objects::apply(&api, &name, &obj).await?;
         }
         let snapshots: Api<ResourceOverrideSnapshot> =
             Api::namespaced(self.client.clone(), OVERRIDE_NAMESPACE);

@@ -233,13 +233,7 @@ pub(super) async fn rolling_placement(
         "spec": {"resourceSelectors": [{"group": "", "version": "v1", "kind": "Namespace", "name": ns}],
                  "policy": {"placementType": "PickFixed", "clusterNames": clusters},
                  "strategy": {"type": "RollingUpdate"}}});
-    Api::<Placement>::all(hub.clone())
-        .patch(
-            ns,
-            &PatchParams::apply(fleethub_crds::field_manager::BENCH).force(),
-            &Patch::Apply(&obj),
-        )
-        .await?;
+    crate::fleet_objects::apply(&Api::<Placement>::all(hub.clone()), ns, &obj).await?;
     Ok(())
 }
 
