@@ -105,6 +105,46 @@ pub enum Cached {
     Present(Value),
 }
 
+/// One (re)list of a kind's watch against what its cache held before it. The first list of a
+/// kind counts every object as changed: the kind's watch starts beside the agent's first apply of
+/// it, and an edit made before the list returns would otherwise go unseen until the resync.
+#[derive(Default)]
+struct Relist {
+    /// The cache's objects before the list, by namespace and name, with their versions.
+    before: HashMap<(Option<String>, String), (Option<String>, Arc<DynamicObject>)>,
+}
+
+impl Relist {
+    fn begin(cache: &Store<DynamicObject>) -> Self {
+        let before = cache
+            .state()
+            .into_iter()
+            .map(|o| {
+                let key = (o.metadata.namespace.clone(), o.name_any());
+                (key, (o.metadata.resource_version.clone(), o))
+            })
+            .collect();
+        Relist { before }
+    }
+
+    /// Whether a listed object is new or changed since the cache last held it.
+    fn listed_changed(&mut self, o: &DynamicObject) -> bool {
+        let key = (o.metadata.namespace.clone(), o.name_any());
+        match self.before.remove(&key) {
+            Some((version, _)) => version != o.metadata.resource_version,
+            None => true,
+        }
+    }
+
+    /// The objects the cache held that the list did not show again: deleted meanwhile.
+    fn finish(&mut self) -> Vec<Arc<DynamicObject>> {
+        std::mem::take(&mut self.before)
+            .into_values()
+            .map(|(_, o)| o)
+            .collect()
+    }
+}
+
 impl MemberObjects {
     /// Caches of `client`'s objects; each change of one is sent on the returned channel as the
     /// Work `work_of` maps it to.
@@ -143,6 +183,7 @@ impl MemberObjects {
         }
         let writer: Writer<DynamicObject> = Writer::new(kind.resource.clone());
         let store = writer.as_reader();
+        let cache = store.clone();
         let synced = Arc::new(AtomicBool::new(false));
         kinds.insert(
             key,
@@ -163,6 +204,16 @@ impl MemberObjects {
             let stream =
                 reflector::reflector(writer, watcher::watcher(api, config).default_backoff());
             let mut stream = std::pin::pin!(stream);
+            let changed = |o: &DynamicObject| {
+                if let Some(work) = work_of(o) {
+                    // No receiver (no reconcile waiting on a write) is not an error.
+                    let _ = updates.send(work.clone());
+                    let _ = changes.send(work);
+                }
+            };
+            // What the cache held when a list began: the list shows what changed while no
+            // watch was open (an edit or deletion made then has no watch event of its own).
+            let mut listing = Relist::default();
             loop {
                 let event = tokio::select! {
                     () = shutdown.cancelled() => return,
@@ -170,15 +221,19 @@ impl MemberObjects {
                 };
                 match event {
                     None => return,
-                    Some(Ok(Event::InitDone)) => synced.store(true, Ordering::Release),
-                    Some(Ok(Event::Apply(o) | Event::Delete(o))) => {
-                        if let Some(work) = work_of(&o) {
-                            // No receiver (no reconcile waiting on a write) is not an error.
-                            let _ = updates.send(work.clone());
-                            let _ = changes.send(work);
+                    Some(Ok(Event::Init)) => listing = Relist::begin(&cache),
+                    Some(Ok(Event::InitApply(o))) => {
+                        if listing.listed_changed(&o) {
+                            changed(&o);
                         }
                     }
-                    Some(Ok(Event::Init | Event::InitApply(_))) => {}
+                    Some(Ok(Event::InitDone)) => {
+                        for gone in listing.finish() {
+                            changed(&gone);
+                        }
+                        synced.store(true, Ordering::Release);
+                    }
+                    Some(Ok(Event::Apply(o) | Event::Delete(o))) => changed(&o),
                     Some(Err(e)) => {
                         tracing::debug!(resource = %plural, error = %e, "member object watch");
                     }
@@ -279,5 +334,72 @@ impl MemberObjects {
             }
             Err(_) => Cached::Unknown,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::GroupVersionKind;
+
+    fn config_map(name: &str, version: &str) -> DynamicObject {
+        let resource = resource();
+        let mut o = DynamicObject::new(name, &resource).within("app");
+        o.metadata.resource_version = Some(version.into());
+        o
+    }
+
+    fn resource() -> ApiResource {
+        ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap"))
+    }
+
+    /// A cache holding `objects`, as a watch's first list leaves it.
+    fn cache(objects: &[DynamicObject]) -> Store<DynamicObject> {
+        let mut writer = Writer::new(resource());
+        writer.apply_watcher_event(&Event::Init);
+        for o in objects {
+            writer.apply_watcher_event(&Event::InitApply(o.clone()));
+        }
+        writer.apply_watcher_event(&Event::InitDone);
+        writer.as_reader()
+    }
+
+    #[test]
+    fn a_first_list_counts_every_object_as_changed() {
+        let mut list = Relist::begin(&cache(&[]));
+        assert!(list.listed_changed(&config_map("a", "1")));
+        assert!(list.listed_changed(&config_map("b", "2")));
+        assert!(list.finish().is_empty());
+    }
+
+    #[test]
+    fn a_relist_shows_what_changed_while_no_watch_was_open() {
+        let before = cache(&[
+            config_map("same", "1"),
+            config_map("edited", "2"),
+            config_map("deleted", "3"),
+        ]);
+        let mut list = Relist::begin(&before);
+        assert!(!list.listed_changed(&config_map("same", "1")));
+        assert!(list.listed_changed(&config_map("edited", "7")));
+        assert!(list.listed_changed(&config_map("created", "8")));
+        let gone: Vec<String> = list.finish().iter().map(|o| o.name_any()).collect();
+        assert_eq!(gone, ["deleted"]);
+        // Taken once: a second finish names nothing.
+        assert!(list.finish().is_empty());
+    }
+
+    #[test]
+    fn objects_of_the_same_name_in_other_namespaces_are_apart() {
+        let mut other = config_map("a", "1");
+        other.metadata.namespace = Some("other".into());
+        let mut list = Relist::begin(&cache(&[config_map("a", "1"), other.clone()]));
+        assert!(!list.listed_changed(&other));
+        let gone: Vec<Option<String>> = list
+            .finish()
+            .iter()
+            .map(|o| o.metadata.namespace.clone())
+            .collect();
+        assert_eq!(gone, [Some("app".to_string())]);
     }
 }
