@@ -40,25 +40,41 @@ const LARGE: usize = 500;
 /// Works changed at once on one member.
 const BURST: usize = 200;
 
-/// First-seen times of `(key, value)`.
-pub(crate) type Seen = Arc<Mutex<BTreeMap<(String, String), Instant>>>;
+/// When each `(key, value)` was seen, in order (every watch event that showed it). Keeping every
+/// sighting, not only the first, lets a wait that starts at an edit find the first sighting
+/// after it even when the same value was seen before (the hub's value, restored after a drift).
+pub(crate) type Seen = Arc<Mutex<BTreeMap<(String, String), Vec<Instant>>>>;
 
-fn first_seen(seen: &Seen, key: &str, value: &str) {
+fn sighted(seen: &Seen, key: &str, value: &str) {
     if let Ok(mut s) = seen.lock() {
         s.entry((key.to_string(), value.to_string()))
-            .or_insert_with(Instant::now);
+            .or_default()
+            .push(Instant::now());
     }
 }
 
+/// When `value` of `key` was first seen.
 pub(crate) fn seen_at(seen: &Seen, key: &str, value: &str) -> Option<Instant> {
+    seen_after(seen, key, value, None)
+}
+
+/// When `value` of `key` was first seen after `since` (at all, for `None`).
+pub(crate) fn seen_after(
+    seen: &Seen,
+    key: &str,
+    value: &str,
+    since: Option<Instant>,
+) -> Option<Instant> {
     seen.lock()
         .ok()?
-        .get(&(key.to_string(), value.to_string()))
+        .get(&(key.to_string(), value.to_string()))?
+        .iter()
         .copied()
+        .find(|t| since.is_none_or(|since| *t > since))
 }
 
 /// Watches the objects of `api` (all namespaces of a client, or one) that match `labels` in the
-/// background, recording for each object the first time `value` returns each value, keyed by
+/// background, recording for each object when `value` returned each value, keyed by
 /// `namespace/name`. The bench's own objects carry [`BENCH_LABEL`]; the Works the hub writes for
 /// them carry their placement's label instead.
 pub(crate) fn record<K>(
@@ -78,7 +94,7 @@ pub(crate) fn record<K>(
                 && let Some(v) = value(&o)
             {
                 let key = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
-                first_seen(&seen, &key, &v);
+                sighted(&seen, &key, &v);
             }
         }
     });

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::Bench;
 use crate::fleet_objects as objects;
-use crate::member_path::{PREFIX, Seen, meta, placement_label, record, seen_at};
+use crate::member_path::{PREFIX, Seen, meta, placement_label, record, seen_after, seen_at};
 use crate::report::Scenario;
 use crate::sim::BENCH_LABEL;
 use crate::stats::summarize;
@@ -230,7 +230,7 @@ impl Bench {
         let wait_reported = |seen: Seen, key: String, value: String, since: Instant| async move {
             let deadline = since + timeout;
             loop {
-                if let Some(at) = seen_at(&seen, &key, &value) {
+                if let Some(at) = seen_after(&seen, &key, &value, Some(since)) {
                     return Ok::<Duration, anyhow::Error>(at.saturating_duration_since(since));
                 }
                 anyhow::ensure!(
@@ -252,11 +252,6 @@ impl Bench {
 
             // 2, 3, 2, …: each round a value the Work does not report yet.
             let replicas = 2 + (i % 2) as i32;
-            // A value seen in an earlier round counts only when seen again after this edit
-            // (forgotten before the edit: the Work reports the previous round's value now).
-            if let Ok(mut s) = scale_reported.lock() {
-                s.remove(&(key.clone(), replicas.to_string()));
-            }
             let sent = Instant::now();
             deployments
                 .patch(

@@ -54,13 +54,9 @@ impl Bench {
     ) -> anyhow::Result<Duration> {
         let deadline = Instant::now() + self.timeout;
         loop {
-            // A restored value is the hub's value seen again: look for a sighting after `since`
-            // (the first-seen map keeps the first, so the entry is cleared before each edit).
-            if let Some(at) = seen_at(seen, key, value).filter(|t| *t > since) {
+            // A restored value is the hub's value seen again after the edit.
+            if let Some(at) = seen_after(seen, key, value, Some(since)) {
                 return Ok(at.saturating_duration_since(since));
-            }
-            if let Ok(mut s) = seen.lock() {
-                s.retain(|(k, v), t| !(k == key && v == value && *t <= since));
             }
             anyhow::ensure!(Instant::now() < deadline, "{key} not restored to {value}");
             tokio::time::sleep(Duration::from_millis(5)).await;
