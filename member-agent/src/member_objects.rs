@@ -110,8 +110,8 @@ pub enum Cached {
 /// it, and an edit made before the list returns would otherwise go unseen until the resync.
 #[derive(Default)]
 struct Relist {
-    /// The cache's objects before the list, by namespace and name, with their versions.
-    before: HashMap<(Option<String>, String), (Option<String>, Arc<DynamicObject>)>,
+    /// The cache's objects before the list, by namespace and name.
+    before: HashMap<(Option<String>, String), Arc<DynamicObject>>,
 }
 
 impl Relist {
@@ -119,10 +119,7 @@ impl Relist {
         let before = cache
             .state()
             .into_iter()
-            .map(|o| {
-                let key = (o.metadata.namespace.clone(), o.name_any());
-                (key, (o.metadata.resource_version.clone(), o))
-            })
+            .map(|o| ((o.metadata.namespace.clone(), o.name_any()), o))
             .collect();
         Relist { before }
     }
@@ -131,17 +128,14 @@ impl Relist {
     fn listed_changed(&mut self, o: &DynamicObject) -> bool {
         let key = (o.metadata.namespace.clone(), o.name_any());
         match self.before.remove(&key) {
-            Some((version, _)) => version != o.metadata.resource_version,
+            Some(cached) => cached.metadata.resource_version != o.metadata.resource_version,
             None => true,
         }
     }
 
     /// The objects the cache held that the list did not show again: deleted meanwhile.
     fn finish(&mut self) -> Vec<Arc<DynamicObject>> {
-        std::mem::take(&mut self.before)
-            .into_values()
-            .map(|(_, o)| o)
-            .collect()
+        std::mem::take(&mut self.before).into_values().collect()
     }
 }
 
