@@ -199,11 +199,17 @@ async fn allowed(client: &Client, verb: &str, resource: &str, subresource: Optio
 /// What the session's user may do (buttons are shown only for allowed actions; the hub still
 /// decides every request).
 pub async fn me(client: &Client, user: &str, csrf: &str) -> Me {
+    let started = std::time::Instant::now();
     let (can_approve, can_update_runs, can_create_runs, can_update_policies) = futures::join!(
         allowed(client, "patch", "approvalrequests", Some("status")),
         allowed(client, "patch", "updateruns", None),
         allowed(client, "create", "updateruns", None),
         allowed(client, "patch", "autoupdatepolicies", None),
+    );
+    tracing::debug!(
+        user,
+        ms = started.elapsed().as_secs_f64() * 1e3,
+        "access reviews"
     );
     Me {
         user: user.to_string(),
@@ -266,11 +272,25 @@ pub async fn run(client: &Client, name: &str, query: &RunQuery) -> Result<RunVie
                 Error::from_kube(e, "list the run's approval requests", "approval requests")
             })
     };
+    let started = std::time::Instant::now();
     let (run, approvals) = futures::try_join!(run, approvals)?;
+    let read = started.elapsed();
     let mut view = views::run(&run, &approvals.items, query);
+    let viewed = started.elapsed();
     let shown = views::shown_clusters(&view);
-    if !shown.is_empty() {
-        let placement = &run.spec.placement_name;
+    let placement = &run.spec.placement_name;
+    // Each row's overrides and drift are on its Binding; the run says whether any override
+    // applies, the placement whether any cluster drifted (unreadable: the Bindings are read).
+    let listed = !shown.is_empty()
+        && (views::run_may_override(&run)
+            || views::placement_may_drift(
+                Api::<Placement>::all(client.clone())
+                    .get_with(placement, &GetParams::any())
+                    .await
+                    .ok()
+                    .as_ref(),
+            ));
+    if listed {
         let selector = format!(
             "{}={placement},{} in ({})",
             fleethub_crds::names::PLACEMENT_LABEL,
@@ -282,7 +302,18 @@ pub async fn run(client: &Client, name: &str, query: &RunQuery) -> Result<RunVie
             .await
             .map_err(|e| Error::from_kube(e, "list the placement's bindings", "bindings"))?;
         views::mark_bindings(&mut view, placement, &bindings.items);
+    } else {
+        views::mark_without_bindings(&mut view, placement);
     }
+    tracing::debug!(
+        run = name,
+        shown = shown.len(),
+        listed,
+        read_ms = read.as_secs_f64() * 1e3,
+        view_ms = (viewed - read).as_secs_f64() * 1e3,
+        marks_ms = (started.elapsed() - viewed).as_secs_f64() * 1e3,
+        "run page data"
+    );
     Ok(view)
 }
 

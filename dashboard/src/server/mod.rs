@@ -80,6 +80,7 @@ pub fn router(state: AppState) -> Router {
             require_session,
         ))
         .layer(middleware::from_fn(security_headers))
+        .layer(middleware::from_fn(timed))
         .with_state(state)
 }
 
@@ -115,6 +116,22 @@ async fn require_session(State(state): State<AppState>, mut req: Request, next: 
         }
         None => error_response(Error::NotSignedIn, None),
     }
+}
+
+/// Logs (at debug level) each request with the time to its response's head: for a server-side
+/// rendered page, the time to its first byte.
+async fn timed(req: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    let res = next.run(req).await;
+    tracing::debug!(
+        %method,
+        path,
+        status = res.status().as_u16(),
+        ms = started.elapsed().as_secs_f64() * 1e3,
+        "served"
+    );
+    res
 }
 
 async fn security_headers(req: Request, next: Next) -> Response {

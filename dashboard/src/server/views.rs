@@ -444,6 +444,47 @@ pub fn shown_clusters(view: &RunView) -> Vec<String> {
         .collect()
 }
 
+/// Whether a run's rows need their Bindings read for their overrides: while the run applies
+/// override snapshots, or has not fixed them yet. Otherwise (and when [`placement_may_drift`] says
+/// no cluster drifted) [`mark_without_bindings`] says the same without listing Bindings, which at
+/// 10,000 clusters costs the hub API server a scan of every Binding for each page view.
+pub fn run_may_override(run: &UpdateRun) -> bool {
+    run.status
+        .as_ref()
+        .and_then(|s| s.applied_override_snapshots.as_ref())
+        .is_none_or(|o| {
+            !o.cluster_resource_override_snapshots.is_empty()
+                || !o.resource_override_snapshots.is_empty()
+        })
+}
+
+/// Whether a run's rows need their Bindings read for a drift mark: while the placement reports
+/// clusters whose objects differ from the hub's, or could not be read (`None`), or has not
+/// counted them yet.
+pub fn placement_may_drift(placement: Option<&Placement>) -> bool {
+    placement
+        .and_then(|p| p.status.as_ref())
+        .and_then(|s| s.drifted_cluster_count)
+        .is_none_or(|n| n > 0)
+}
+
+/// Marks the shown clusters of a run that applies no override, of a placement that reports no
+/// drift: no drift mark, and no override.
+pub fn mark_without_bindings(view: &mut RunView, placement: &str) {
+    for c in view.stages.iter_mut().flat_map(|s| s.clusters.iter_mut()) {
+        c.drift = None;
+        c.overrides = Some(OverridesView {
+            state: State::new(
+                "None",
+                Tone::Idle,
+                "no override applies to this run".to_string(),
+            ),
+            snapshots: vec![],
+            render: render_path(placement, &c.name),
+        });
+    }
+}
+
 /// Marks the shown clusters of a run's page from `placement`'s Bindings: a cluster whose
 /// objects differ from the hub's, and the overrides each gets.
 pub fn mark_bindings(view: &mut RunView, placement: &str, bindings: &[Binding]) {

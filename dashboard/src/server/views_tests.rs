@@ -286,6 +286,59 @@ fn each_clusters_overrides_are_named_and_link_to_what_it_gets() {
 }
 
 #[test]
+fn rows_are_marked_without_bindings_only_when_no_override_applies_and_no_cluster_drifted() {
+    use fleethub_crds::binding::{NamespacedName, OverrideSnapshots};
+    use fleethub_crds::placement::PlacementStatus;
+    let mut run = waiting_run();
+    assert!(
+        run_may_override(&run),
+        "a run that has not fixed its overrides may apply some"
+    );
+    run.status.as_mut().unwrap().applied_override_snapshots = Some(OverrideSnapshots::default());
+    assert!(!run_may_override(&run));
+    run.status.as_mut().unwrap().applied_override_snapshots = Some(OverrideSnapshots {
+        resource_override_snapshots: vec![NamespacedName {
+            namespace: "app".into(),
+            name: "image-3".into(),
+        }],
+        ..Default::default()
+    });
+    assert!(run_may_override(&run));
+
+    let with_drifted = |n: Option<i32>| {
+        let mut p = Placement::new("web", Default::default());
+        p.status = Some(PlacementStatus {
+            drifted_cluster_count: n,
+            ..Default::default()
+        });
+        p
+    };
+    assert!(placement_may_drift(None), "an unreadable placement");
+    assert!(placement_may_drift(Some(&Placement::new(
+        "web",
+        Default::default()
+    ))));
+    assert!(placement_may_drift(Some(&with_drifted(None))));
+    assert!(placement_may_drift(Some(&with_drifted(Some(2)))));
+    assert!(!placement_may_drift(Some(&with_drifted(Some(0)))));
+
+    let mut view = super::run(&waiting_run(), &[], &RunQuery::default());
+    mark_without_bindings(&mut view, "web");
+    let rows = &view.stages[0].clusters;
+    assert_eq!(rows.len(), 2);
+    for row in rows {
+        assert_eq!(row.drift, None);
+        let o = row.overrides.clone().unwrap();
+        assert_eq!((o.state.label.as_str(), o.state.tone), ("None", Tone::Idle));
+        assert!(o.snapshots.is_empty());
+        assert_eq!(
+            o.render,
+            format!("/placements/web/clusters/{}/render", row.name)
+        );
+    }
+}
+
+#[test]
 fn an_updating_clusters_row_says_what_it_waits_for() {
     let mut run = waiting_run();
     let status = run.status.as_mut().unwrap();
