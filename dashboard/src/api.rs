@@ -40,7 +40,15 @@ fn sentence(e: crate::server::error::Error) -> ServerFnError {
 #[server(endpoint = "get_me")]
 pub async fn get_me() -> Result<Me, ServerFnError> {
     let s = session().await?;
-    Ok(crate::server::hub::me(&s.client, &s.user, &s.csrf).await)
+    if let Some(me) = s.permissions() {
+        return Ok(me);
+    }
+    let (me, answered) = crate::server::hub::me(&s.client, &s.user, &s.csrf).await;
+    // A review that failed hides its action: asked again on the next request, not reused.
+    if answered {
+        s.remember_permissions(me.clone());
+    }
+    Ok(me)
 }
 
 /// The Fleet page's data.

@@ -169,8 +169,14 @@ where
         .map_err(|e| Error::from_kube(e, &format!("list {what}"), what))
 }
 
-/// May the client's user do `verb` on `resource` (`subresource`) in group fleethub.dev?
-async fn allowed(client: &Client, verb: &str, resource: &str, subresource: Option<&str>) -> bool {
+/// May the client's user do `verb` on `resource` (`subresource`) in group fleethub.dev? `None`
+/// when the review failed (logged; the page hides the action).
+async fn allowed(
+    client: &Client,
+    verb: &str,
+    resource: &str,
+    subresource: Option<&str>,
+) -> Option<bool> {
     let review = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
             resource_attributes: Some(ResourceAttributes {
@@ -188,17 +194,17 @@ async fn allowed(client: &Client, verb: &str, resource: &str, subresource: Optio
         .create(&PostParams::default(), &review)
         .await
     {
-        Ok(r) => r.status.is_some_and(|s| s.allowed),
+        Ok(r) => Some(r.status.is_some_and(|s| s.allowed)),
         Err(e) => {
             tracing::warn!(error = %e, verb, resource, "SelfSubjectAccessReview failed; hiding the action");
-            false
+            None
         }
     }
 }
 
 /// What the session's user may do (buttons are shown only for allowed actions; the hub still
-/// decides every request).
-pub async fn me(client: &Client, user: &str, csrf: &str) -> Me {
+/// decides every request), and whether every access review answered.
+pub async fn me(client: &Client, user: &str, csrf: &str) -> (Me, bool) {
     let started = std::time::Instant::now();
     let (can_approve, can_update_runs, can_create_runs, can_update_policies) = futures::join!(
         allowed(client, "patch", "approvalrequests", Some("status")),
@@ -211,14 +217,23 @@ pub async fn me(client: &Client, user: &str, csrf: &str) -> Me {
         ms = started.elapsed().as_secs_f64() * 1e3,
         "access reviews"
     );
-    Me {
-        user: user.to_string(),
-        csrf: csrf.to_string(),
+    let answered = [
         can_approve,
         can_update_runs,
         can_create_runs,
         can_update_policies,
-    }
+    ]
+    .iter()
+    .all(Option::is_some);
+    let me = Me {
+        user: user.to_string(),
+        csrf: csrf.to_string(),
+        can_approve: can_approve.unwrap_or(false),
+        can_update_runs: can_update_runs.unwrap_or(false),
+        can_create_runs: can_create_runs.unwrap_or(false),
+        can_update_policies: can_update_policies.unwrap_or(false),
+    };
+    (me, answered)
 }
 
 /// The Fleet page.

@@ -25,7 +25,34 @@ pub struct Session {
     pub csrf: String,
     /// A hub client authenticated with `token`.
     pub client: kube::Client,
+    /// What the hub's access reviews last said the person may do, and when (shared by the
+    /// session's clones: one request's answer serves the next requests).
+    permissions: Arc<Mutex<Option<(Instant, crate::model::Me)>>>,
     last_used: Instant,
+}
+
+/// How long the answer of the access reviews is reused: a change of the person's RBAC shows
+/// in the buttons this much later at most (the hub still decides every request).
+pub const PERMISSIONS_TTL: Duration = Duration::from_secs(15);
+
+impl Session {
+    /// What the access reviews said within [`PERMISSIONS_TTL`], if they were asked.
+    pub fn permissions(&self) -> Option<crate::model::Me> {
+        let cached = self.permissions.lock().unwrap_or_else(|p| p.into_inner());
+        cached
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < PERMISSIONS_TTL)
+            .map(|(_, me)| me.clone())
+    }
+
+    /// Keeps what the access reviews said, for [`Self::permissions`].
+    pub fn remember_permissions(&self, me: crate::model::Me) {
+        self.remember_permissions_at(Instant::now(), me);
+    }
+
+    fn remember_permissions_at(&self, at: Instant, me: crate::model::Me) {
+        *self.permissions.lock().unwrap_or_else(|p| p.into_inner()) = Some((at, me));
+    }
 }
 
 impl std::fmt::Debug for Session {
@@ -60,6 +87,7 @@ impl Sessions {
             token,
             csrf: random_hex(32),
             client,
+            permissions: Arc::default(),
             last_used: Instant::now(),
         };
         let mut map = self.lock();
@@ -164,5 +192,29 @@ mod tests {
         assert!(!same_secret("abc", "abd"));
         assert!(!same_secret("abc", "ab"));
         assert_eq!(random_hex(16).len(), 32);
+    }
+
+    #[tokio::test]
+    async fn permissions_are_reused_by_the_sessions_requests_for_a_while() {
+        let sessions = Sessions::default();
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let id = sessions.create("ann".into(), "token".into(), client);
+        let jar = CookieJar::new().add(session_cookie(id, false));
+        let first = sessions.get(&jar).unwrap();
+        assert_eq!(first.permissions(), None, "nothing asked yet");
+        let me = crate::model::Me {
+            user: "ann".into(),
+            can_approve: true,
+            ..Default::default()
+        };
+        first.remember_permissions(me.clone());
+        // The next request's copy of the session has them.
+        let next = sessions.get(&jar).unwrap();
+        assert_eq!(next.permissions(), Some(me.clone()));
+        // Older than the TTL: asked again.
+        let long_ago = Instant::now().checked_sub(PERMISSIONS_TTL).unwrap();
+        next.remember_permissions_at(long_ago, me);
+        assert_eq!(sessions.get(&jar).unwrap().permissions(), None);
     }
 }
