@@ -198,19 +198,27 @@ export async function createApprovalScenario(prefix = 'e2e') {
       },
     },
   ]);
+  const run = await startRun(name);
+  const gates = { first: `${run}-first`, second: `${run}-second` };
+  await waitFor(`ApprovalRequest ${gates.first}`, () => getJson('approvalrequest', gates.first), 120_000);
+  return { name, run, gates };
+}
+
+/**
+ * Once placement `name` has its snapshot 0, starts UpdateRun `name` of it with strategy `name`
+ * (cleanUp() deletes it). Returns the run's name.
+ */
+export async function startRun(name) {
   await waitFor(`resource snapshot ${name}-0-snapshot`, () => getJson('resourcesnapshot', `${name}-0-snapshot`));
-  const run = name;
   apply([
     {
       apiVersion: 'fleethub.dev/v1alpha1',
       kind: 'UpdateRun',
-      metadata: { name: run },
+      metadata: { name },
       spec: { placementName: name, resourceSnapshotIndex: '0', stagedRolloutStrategyName: name },
     },
   ]);
-  const gates = { first: `${run}-first`, second: `${run}-second` };
-  await waitFor(`ApprovalRequest ${gates.first}`, () => getJson('approvalrequest', gates.first), 120_000);
-  return { name, run, gates };
+  return name;
 }
 
 /** Debian's Chromium, headless, with a fresh profile. Call close() when done. */

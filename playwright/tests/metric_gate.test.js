@@ -14,6 +14,7 @@ import {
   launchBrowser,
   screenshot,
   signIn,
+  startRun,
   testGauge,
   uniqueName,
   waitFor,
@@ -79,15 +80,7 @@ test('the run page shows a metric gate passing check by check, then the next sta
       },
     },
   ]);
-  await waitFor(`resource snapshot ${name}-0-snapshot`, () => getJson('resourcesnapshot', `${name}-0-snapshot`));
-  apply([
-    {
-      apiVersion: 'fleethub.dev/v1alpha1',
-      kind: 'UpdateRun',
-      metadata: { name },
-      spec: { placementName: name, resourceSnapshotIndex: '0', stagedRolloutStrategyName: name },
-    },
-  ]);
+  await startRun(name);
 
   const page = await (browser = await launchBrowser()).context.newPage();
   await signIn(page, 'admin', `/runs/${name}`);

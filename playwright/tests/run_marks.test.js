@@ -16,6 +16,7 @@ import {
   launchBrowser,
   screenshot,
   signIn,
+  startRun,
   uniqueName,
   waitFor,
 } from '../lib/fleet.js';
@@ -61,15 +62,7 @@ function content(name, applyStrategy) {
 
 /** Runs snapshot 0 of placement `name` and waits until it succeeded. */
 async function runToTheEnd(name) {
-  await waitFor(`resource snapshot ${name}-0-snapshot`, () => getJson('resourcesnapshot', `${name}-0-snapshot`));
-  apply([
-    {
-      apiVersion: 'fleethub.dev/v1alpha1',
-      kind: 'UpdateRun',
-      metadata: { name },
-      spec: { placementName: name, resourceSnapshotIndex: '0', stagedRolloutStrategyName: name },
-    },
-  ]);
+  await startRun(name);
   await waitFor(
     `run ${name} to succeed`,
     () => getJson('updaterun', name)?.status?.conditions?.find((c) => c.type === 'Succeeded' && c.status === 'True'),
