@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 
 import {
+  DASHBOARD_URL,
   FLEET_DIR,
   apply,
   cleanUp,
@@ -72,7 +73,7 @@ async function runToTheEnd(name) {
 
 /** The text of member-2's row on run `name`'s page, loaded anew. */
 async function row(page, name) {
-  await page.goto(`${page.url().split('/runs/')[0]}/runs/${name}`);
+  await page.goto(`${DASHBOARD_URL}/runs/${name}`);
   return page.textContent('li.stage[data-stage="all"] tr[data-cluster="member-2"]');
 }
 

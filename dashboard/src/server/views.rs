@@ -79,7 +79,7 @@ fn overrides_view(placement: &str, cluster: &str, binding: Option<&Binding>) -> 
         .unwrap_or_else(|| "not reported yet (Overridden)".to_string());
     let (state, snapshots) = match Overridden::of(conditions) {
         Overridden::Unknown => (State::new("Unknown", Tone::Idle, message), vec![]),
-        Overridden::None => (State::new("None", Tone::Idle, message), vec![]),
+        Overridden::None => (no_override(message), vec![]),
         Overridden::Applied(snapshots) => {
             (State::new("Overridden", Tone::Good, message), snapshots)
         }
@@ -90,6 +90,11 @@ fn overrides_view(placement: &str, cluster: &str, binding: Option<&Binding>) -> 
         snapshots,
         render: render_path(placement, cluster),
     }
+}
+
+/// A cluster no override changes.
+fn no_override(message: String) -> State {
+    State::new("None", Tone::Idle, message)
 }
 
 /// The Fleet page's rows, by name.
@@ -474,11 +479,7 @@ pub fn mark_without_bindings(view: &mut RunView, placement: &str) {
     for c in view.stages.iter_mut().flat_map(|s| s.clusters.iter_mut()) {
         c.drift = None;
         c.overrides = Some(OverridesView {
-            state: State::new(
-                "None",
-                Tone::Idle,
-                "no override applies to this run".to_string(),
-            ),
+            state: no_override("no override applies to this run".to_string()),
             snapshots: vec![],
             render: render_path(placement, &c.name),
         });
