@@ -34,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 mod act;
 mod acting;
 mod observe;
+mod pace;
 mod publisher;
 
 use act::act;
@@ -56,8 +57,10 @@ use fleethub_runtime::retry::{ERROR_BACKOFF, FailureBackoff};
 
 /// Binding writes of one plan in flight at once (a stage starting many clusters together). At
 /// 16, in rounds, a 1,000-cluster run spent most of each reconcile binding (0.6–1.5 s), and a
-/// member's report waited for it to be recorded.
-const BIND_CONCURRENCY: usize = 64;
+/// member's report waited for it to be recorded; the writes now run after the status, in the
+/// background, and more of them at once only crowd the hub API server (measured with the work
+/// generator's [`crate::work_generator`] concurrency, whose reasoning is the same).
+const BIND_CONCURRENCY: usize = 32;
 
 /// What the reconciler shares.
 pub struct Context {
@@ -94,6 +97,8 @@ pub struct Context {
     bound: LastWritten<Binding>,
     /// Each run's plan writes, in the background and in order ([`acting`]).
     acting: acting::Queues<Error>,
+    /// When each run may be planned next ([`pace`]).
+    pace: pace::Pace,
 }
 
 impl Context {
@@ -113,6 +118,7 @@ impl Context {
     fn forget_deleted_runs(&self) {
         let exists = |name: &str| self.runs.get(&ObjectRef::new(name)).is_some();
         self.acting.prune(exists);
+        self.pace.retain(exists);
         if !self.written.is_empty() {
             self.written.retain(|name, _| exists(name));
         }
@@ -250,6 +256,7 @@ pub async fn run(
         written: LastWritten::slimmed_by(fleethub_runtime::strip_managed_fields),
         bound: LastWritten::slimmed_by(fleethub_runtime::strip_managed_fields),
         acting: acting::Queues::new(retry),
+        pace: pace::Pace::default(),
     });
     let after_each = ctx.clone();
     let stopped = ctx.clone();
@@ -353,6 +360,8 @@ fn error_policy(run: Arc<UpdateRun>, error: &Error, ctx: Arc<Context>) -> Requeu
 #[tracing::instrument(skip_all, fields(run = %cached.name_any()))]
 async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let name = cached.name_any();
+    // Reports that arrive meanwhile are planned together.
+    ctx.pace.wait(&name).await;
     // Plan on the freshest run: the cache may lag our own last status write.
     let Some(run) = ctx.freshest(cached).await? else {
         ctx.written.forget(&name);
@@ -373,8 +382,11 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
     }
     let started = std::time::Instant::now();
     let lookups = look_up(&ctx, &run).await?;
+    let planning = std::time::Instant::now();
     let mut observed = observe(&ctx, &run, &lookups);
     let mut plan = plan::plan(&observed);
+    // What the pace counts: the hub's own work on the run, not the lookups' or queries' waits.
+    let mut planning = planning.elapsed();
     if refused_over_member_labels(&plan.status) {
         // The members cache and the runs cache are filled by separate watches, in no order
         // between them: a run created right after its clusters were labelled can reach this
@@ -386,8 +398,11 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
     if !plan.queries.is_empty() {
         // Metric checks are due: their outcomes are observations too.
         observed.metric_results = query(&ctx, &plan.queries).await;
+        let again = std::time::Instant::now();
         plan = plan::plan(&observed);
+        planning += again.elapsed();
     }
+    ctx.pace.planned(&name, planning);
     // The status first: a member's report is recorded without waiting for the plan's writes
     // (at 1,000 clusters, a stage's next Bindings took 0.2–1.5 s). A crash or a failed write
     // after it loses some of the actions, never the record: the next plan repeats what is
