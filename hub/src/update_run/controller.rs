@@ -382,11 +382,11 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
     }
     let started = std::time::Instant::now();
     let lookups = look_up(&ctx, &run).await?;
-    let planning = std::time::Instant::now();
+    // What the pace counts: the hub's own work on the run, not the lookups' or queries' waits.
+    let plan_started = std::time::Instant::now();
     let mut observed = observe(&ctx, &run, &lookups);
     let mut plan = plan::plan(&observed);
-    // What the pace counts: the hub's own work on the run, not the lookups' or queries' waits.
-    let mut planning = planning.elapsed();
+    let mut planning = plan_started.elapsed();
     if refused_over_member_labels(&plan.status) {
         // The members cache and the runs cache are filled by separate watches, in no order
         // between them: a run created right after its clusters were labelled can reach this
@@ -398,9 +398,9 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
     if !plan.queries.is_empty() {
         // Metric checks are due: their outcomes are observations too.
         observed.metric_results = query(&ctx, &plan.queries).await;
-        let again = std::time::Instant::now();
+        let replan_started = std::time::Instant::now();
         plan = plan::plan(&observed);
-        planning += again.elapsed();
+        planning += replan_started.elapsed();
     }
     ctx.pace.planned(&name, planning);
     // The status first: a member's report is recorded without waiting for the plan's writes
