@@ -1,6 +1,6 @@
 //! Which member clusters a placement selects, and how its Bindings must change.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use fleethub_crds::MemberCluster;
 use fleethub_crds::binding::BindingState;
@@ -61,8 +61,13 @@ pub fn select(
         PlacementType::PickFixed => {
             let mut picked = Vec::new();
             let mut missing = Vec::new();
+            let eligible: HashSet<&str> = members
+                .iter()
+                .filter(|m| m.eligible)
+                .map(|m| m.name.as_str())
+                .collect();
             for name in policy.cluster_names.iter().flatten() {
-                if members.iter().any(|m| &m.name == name && m.eligible) {
+                if eligible.contains(name.as_str()) {
                     picked.push(name.clone());
                 } else {
                     missing.push(name.clone());
@@ -139,8 +144,9 @@ pub fn binding_changes(
             }
         }
     }
+    let chosen: HashSet<&str> = selected.iter().map(String::as_str).collect();
     for (cluster, (state, index)) in existing {
-        if selected.contains(cluster) {
+        if chosen.contains(cluster.as_str()) {
             continue;
         }
         match strategy {

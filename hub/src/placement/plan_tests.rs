@@ -794,3 +794,79 @@ fn a_large_placement_lists_only_the_clusters_that_need_attention() {
     assert_eq!(status.placement_statuses.len(), 100);
     assert_eq!(status.omitted_placement_status_count, None);
 }
+
+#[test]
+fn a_placement_of_10_000_clusters_finds_each_clusters_binding_and_earlier_status_by_name() {
+    // Bindings in no particular order (the cache's), one for a cluster no longer selected.
+    let n = 10_000;
+    let selected: Vec<String> = (0..n).map(|i| format!("m{i:05}")).collect();
+    let fine = |c: &str| {
+        binding(
+            c,
+            BindingState::Bound,
+            Some(2),
+            Some("r1"),
+            vec![
+                report(APPLIED, true, "applied"),
+                report(AVAILABLE, true, "ready"),
+            ],
+        )
+    };
+    let mut bindings: Vec<Arc<Binding>> = selected.iter().rev().map(|c| fine(c)).collect();
+    bindings[10] = binding(
+        &selected[n - 11],
+        BindingState::Bound,
+        Some(2),
+        Some("r1"),
+        vec![
+            report(APPLIED, true, "applied"),
+            report(AVAILABLE, false, "0/3 replicas ready"),
+        ],
+    );
+    bindings.push(fine("left"));
+
+    let mut external = placement(
+        RolloutStrategyType::External,
+        json!({"placementType": "PickAll"}),
+    );
+    external.status = None;
+    let observed = Observed {
+        snapshots: vec![snapshot(2, 0, 1, "h")],
+        members: selected.iter().rev().map(|c| member(c, true)).collect(),
+        bindings: bindings.clone(),
+        ..Default::default()
+    };
+    let first = plan(&external, observed, t(5));
+    assert_eq!(
+        first.bindings,
+        vec![BindingChange::Set {
+            cluster: "left".into(),
+            state: BindingState::Unscheduled,
+            index: Some(2),
+        }]
+    );
+    let s = &first.status;
+    assert_eq!(s.selected_cluster_count, Some(n as i32));
+    let listed: Vec<&str> = s
+        .placement_statuses
+        .iter()
+        .map(|c| c.cluster_name.as_str())
+        .collect();
+    assert_eq!(listed, [selected[n - 11].as_str()]);
+    let (_, _, message) = cond(&s.placement_statuses[0].conditions, AVAILABLE);
+    assert_eq!(message, "0/3 replicas ready");
+
+    // Planned again later, the listed cluster keeps its conditions' transition times.
+    external.status = Some(first.status.clone());
+    let observed = Observed {
+        snapshots: vec![snapshot(2, 0, 1, "h")],
+        members: selected.iter().map(|c| member(c, true)).collect(),
+        bindings,
+        ..Default::default()
+    };
+    let again = plan(&external, observed, t(50));
+    let kept = &again.status.placement_statuses[0];
+    assert_eq!(kept.cluster_name, selected[n - 11]);
+    let available = find(&kept.conditions, AVAILABLE).unwrap();
+    assert_eq!(available.last_transition_time, Time(t(5)));
+}

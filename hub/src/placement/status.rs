@@ -1,6 +1,7 @@
 //! A placement's status conditions: whether its clusters are selected, and how the rollout to
 //! each of them is going, rolled up from their Bindings.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use fleethub_crds::binding::BindingState;
@@ -98,14 +99,24 @@ pub fn roll_up(
     let mut attention = Vec::new();
     let (mut applied, mut available) = (0, 0);
     let mut drifted: Vec<String> = Vec::new();
+    // Looked up by name: a scan per cluster made this quadratic (at 10,000 clusters, two fifths
+    // of the hub's CPU during a run went to comparing names). The first of a name counts.
+    let mut earlier: HashMap<&str, &ClusterPlacementStatus> = HashMap::new();
+    for c in &status.placement_statuses {
+        earlier.entry(c.cluster_name.as_str()).or_insert(c);
+    }
+    let mut by_cluster: HashMap<&str, &Binding> = HashMap::new();
+    for b in bindings {
+        by_cluster
+            .entry(b.spec.target_cluster.as_str())
+            .or_insert(b);
+    }
     for cluster in selected {
-        let mut conds = status
-            .placement_statuses
-            .iter()
-            .find(|c| &c.cluster_name == cluster)
+        let mut conds = earlier
+            .get(cluster.as_str())
             .map(|c| c.conditions.clone())
             .unwrap_or_default();
-        let binding = bindings.iter().find(|b| &b.spec.target_cluster == cluster);
+        let binding = by_cluster.get(cluster.as_str()).copied();
         let index = binding.and_then(|b| b.spec.resource_snapshot_index);
         let c = |t, ok: bool, r, m: String| {
             NewCondition::new(t, if ok { TRUE } else { FALSE }, r, m, generation)
