@@ -1,6 +1,7 @@
 //! The objects the benchmark puts on the hub (members, content, placements, strategies, runs),
 //! waits on them, and its clean-up. Everything carries label `fleethub.dev/bench=true`.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use fleethub_crds::{
@@ -9,8 +10,9 @@ use fleethub_crds::{
 };
 use fleethub_runtime::retry::{self, Backoff};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -234,6 +236,68 @@ where
     } else {
         anyhow::bail!("the watch for {what} ended early")
     }
+}
+
+/// Waits until the hub's controller manager has given each of `namespaces` its `default`
+/// ServiceAccount and its `kube-root-ca.crt` ConfigMap. Right after 10,000 members registered
+/// it is still creating them (about 6,000 writes, during the next scenario's run otherwise): a
+/// fleet that registered long ago has none of that load.
+pub async fn wait_namespaces_settled(
+    client: &Client,
+    namespaces: &HashSet<String>,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let accounts = wait_each_namespace_has(
+        Api::<PartialObjectMeta<ServiceAccount>>::all(client.clone()),
+        "default",
+        namespaces,
+    );
+    let certificates = wait_each_namespace_has(
+        Api::<PartialObjectMeta<ConfigMap>>::all(client.clone()),
+        "kube-root-ca.crt",
+        namespaces,
+    );
+    tokio::time::timeout(timeout, async {
+        tokio::try_join!(accounts, certificates).map(|_| ())
+    })
+    .await
+    .map_err(|_| {
+        anyhow::anyhow!(
+            "timed out after {timeout:?} waiting for the controller manager to fill {} namespaces",
+            namespaces.len()
+        )
+    })?
+}
+
+/// Waits until each of `namespaces` holds an object `name` (of the kind `api` watches).
+async fn wait_each_namespace_has<K: fleethub_runtime::Watched>(
+    api: Api<K>,
+    name: &str,
+    namespaces: &HashSet<String>,
+) -> anyhow::Result<()> {
+    let config = fleethub_runtime::watcher_config().fields(&format!("metadata.name={name}"));
+    let (store, writer) = reflector::store();
+    let mut events = watcher(api, config)
+        .backoff(fleethub_runtime::watch_backoff())
+        .reflect(writer)
+        .boxed();
+    let mut listed = false;
+    let filled = |store: &reflector::Store<K>| {
+        let have: HashSet<String> = store
+            .state()
+            .iter()
+            .filter_map(|o| o.namespace())
+            .filter(|ns| namespaces.contains(ns))
+            .collect();
+        have.len() == namespaces.len()
+    };
+    while let Some(event) = events.next().await {
+        listed |= matches!(event, Ok(watcher::Event::InitDone));
+        if listed && filled(&store) {
+            return Ok(());
+        }
+    }
+    anyhow::bail!("the watch of {name} objects ended early")
 }
 
 /// Waits for `placement`'s snapshot `index` and a Binding for each of its `clusters`.
