@@ -33,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 mod act;
 mod acting;
+mod asked;
 mod observe;
 mod pace;
 mod publisher;
@@ -99,6 +100,8 @@ pub struct Context {
     acting: acting::Queues<Error>,
     /// When each run may be planned next ([`pace`]).
     pace: pace::Pace,
+    /// The ApprovalRequests created that the cache does not show yet ([`asked`]).
+    asked: asked::Asked,
 }
 
 impl Context {
@@ -119,6 +122,7 @@ impl Context {
         let exists = |name: &str| self.runs.get(&ObjectRef::new(name)).is_some();
         self.acting.prune(exists);
         self.pace.retain(exists);
+        self.asked.forget_old();
         if !self.written.is_empty() {
             self.written.retain(|name, _| exists(name));
         }
@@ -257,6 +261,7 @@ pub async fn run(
         bound: LastWritten::slimmed_by(fleethub_runtime::strip_managed_fields),
         acting: acting::Queues::new(retry),
         pace: pace::Pace::default(),
+        asked: asked::Asked::default(),
     });
     let after_each = ctx.clone();
     let stopped = ctx.clone();

@@ -60,6 +60,11 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
             bind(ctx, &name, &spec, resource_version).await?;
         }
         Action::CreateApproval { name, stage } => {
+            let cached = ctx.approvals.get(&ObjectRef::new(name)).is_some();
+            if ctx.asked.recently(name, cached) {
+                // Created by an earlier plan; the cache has not shown it to this one yet.
+                return Ok(());
+            }
             let approvals: Api<ApprovalRequest> = Api::all(ctx.client.clone());
             let mut request = ApprovalRequest::new(
                 name,
@@ -78,6 +83,7 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
                 approvals.create(&PostParams::default(), &request).await,
                 EXISTS,
             )?;
+            ctx.asked.created(name);
         }
         Action::AcceptApproval { name } => {
             let approvals: Api<ApprovalRequest> = Api::all(ctx.client.clone());
