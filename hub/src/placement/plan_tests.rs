@@ -120,6 +120,26 @@ fn binding(
     Arc::new(b)
 }
 
+/// A Binding of `cluster` bound to snapshot 2 by run `r1`, its member reporting it applied and
+/// available (`available` true) or not yet ready.
+fn bound_at_2(cluster: &str, available: bool) -> Arc<Binding> {
+    let ready = if available {
+        "ready"
+    } else {
+        "0/3 replicas ready"
+    };
+    binding(
+        cluster,
+        BindingState::Bound,
+        Some(2),
+        Some("r1"),
+        vec![
+            report(APPLIED, true, "applied"),
+            report(AVAILABLE, available, ready),
+        ],
+    )
+}
+
 fn cond<'a>(conditions: &'a [Condition], type_: &str) -> (&'a str, &'a str, &'a str) {
     let c = find(conditions, type_).unwrap_or_else(|| panic!("no {type_} condition"));
     (c.status.as_str(), c.reason.as_str(), c.message.as_str())
@@ -738,32 +758,11 @@ fn roll_up_names_the_clusters_that_differ_from_the_hub() {
 
 #[test]
 fn a_large_placement_lists_only_the_clusters_that_need_attention() {
-    let fine = |c: &str| {
-        binding(
-            c,
-            BindingState::Bound,
-            Some(2),
-            Some("r1"),
-            vec![
-                report(APPLIED, true, "applied"),
-                report(AVAILABLE, true, "ready"),
-            ],
-        )
-    };
     let mut selected: Vec<String> = (0..150).map(|i| format!("m{i:03}")).collect();
-    let mut bindings: Vec<Arc<Binding>> = selected.iter().map(|c| fine(c)).collect();
+    let mut bindings: Vec<Arc<Binding>> = selected.iter().map(|c| bound_at_2(c, true)).collect();
     // One behind, one not available.
     bindings[7] = binding("m007", BindingState::Bound, Some(1), None, vec![]);
-    bindings[90] = binding(
-        "m090",
-        BindingState::Bound,
-        Some(2),
-        Some("r1"),
-        vec![
-            report(APPLIED, true, "applied"),
-            report(AVAILABLE, false, "0/3 replicas ready"),
-        ],
-    );
+    bindings[90] = bound_at_2("m090", false);
     let mut status = fleethub_crds::placement::PlacementStatus::default();
     let roll = |status: &mut fleethub_crds::placement::PlacementStatus, selected: &[String]| {
         roll_up(
@@ -800,30 +799,10 @@ fn a_placement_of_10_000_clusters_finds_each_clusters_binding_and_earlier_status
     // Bindings in no particular order (the cache's), one for a cluster no longer selected.
     let n = 10_000;
     let selected: Vec<String> = (0..n).map(|i| format!("m{i:05}")).collect();
-    let fine = |c: &str| {
-        binding(
-            c,
-            BindingState::Bound,
-            Some(2),
-            Some("r1"),
-            vec![
-                report(APPLIED, true, "applied"),
-                report(AVAILABLE, true, "ready"),
-            ],
-        )
-    };
-    let mut bindings: Vec<Arc<Binding>> = selected.iter().rev().map(|c| fine(c)).collect();
-    bindings[10] = binding(
-        &selected[n - 11],
-        BindingState::Bound,
-        Some(2),
-        Some("r1"),
-        vec![
-            report(APPLIED, true, "applied"),
-            report(AVAILABLE, false, "0/3 replicas ready"),
-        ],
-    );
-    bindings.push(fine("left"));
+    let mut bindings: Vec<Arc<Binding>> =
+        selected.iter().rev().map(|c| bound_at_2(c, true)).collect();
+    bindings[10] = bound_at_2(&selected[n - 11], false);
+    bindings.push(bound_at_2("left", true));
 
     let mut external = placement(
         RolloutStrategyType::External,
