@@ -269,31 +269,40 @@ pub async fn wait_namespaces_settled(
     })?
 }
 
-/// Waits until each of `namespaces` holds an object `name` (of the kind `api` watches).
+/// Waits until each of `namespaces` holds an object `name` (of the kind `api` watches). The
+/// namespaces seen are kept as the events arrive: checking the whole store on every event was
+/// quadratic at 10,000 namespaces, on the machine whose controller manager it waits for.
 async fn wait_each_namespace_has<K: fleethub_runtime::Watched>(
     api: Api<K>,
     name: &str,
     namespaces: &HashSet<String>,
 ) -> anyhow::Result<()> {
     let config = fleethub_runtime::watcher_config().fields(&format!("metadata.name={name}"));
-    let (store, writer) = reflector::store();
     let mut events = watcher(api, config)
         .backoff(fleethub_runtime::watch_backoff())
-        .reflect(writer)
         .boxed();
+    let mut have: HashSet<String> = HashSet::new();
     let mut listed = false;
-    let filled = |store: &reflector::Store<K>| {
-        let have: HashSet<String> = store
-            .state()
-            .iter()
-            .filter_map(|o| o.namespace())
-            .filter(|ns| namespaces.contains(ns))
-            .collect();
-        have.len() == namespaces.len()
-    };
+    let wanted = |o: &K| o.namespace().filter(|ns| namespaces.contains(ns));
     while let Some(event) = events.next().await {
-        listed |= matches!(event, Ok(watcher::Event::InitDone));
-        if listed && filled(&store) {
+        match event {
+            // A (re)list starts over.
+            Ok(watcher::Event::Init) => {
+                have.clear();
+                listed = false;
+            }
+            Ok(watcher::Event::InitDone) => listed = true,
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                have.extend(wanted(&o));
+            }
+            Ok(watcher::Event::Delete(o)) => {
+                if let Some(ns) = wanted(&o) {
+                    have.remove(&ns);
+                }
+            }
+            Err(_) => continue,
+        }
+        if listed && have.len() == namespaces.len() {
             return Ok(());
         }
     }

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::Parser;
-use fleethub_crds::{MemberCluster, names};
+use fleethub_crds::MemberCluster;
 use fleethub_testkit::Fleet;
 use kube::Client;
 use kube::api::Api;
@@ -205,7 +205,10 @@ impl Bench {
         )
         .await?;
         let registered = start.elapsed();
-        let namespaces = names.iter().map(|n| names::member_namespace(n)).collect();
+        let namespaces = names
+            .iter()
+            .map(|n| fleethub_crds::names::member_namespace(n))
+            .collect();
         objects::wait_namespaces_settled(&self.client, &namespaces, self.timeout).await?;
         let settled = start.elapsed() - registered;
         eprintln!(
