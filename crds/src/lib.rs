@@ -31,6 +31,7 @@ mod schema;
 pub mod stored_stage;
 pub mod strategy;
 pub mod update_run;
+pub mod update_run_plan;
 pub mod work;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -45,6 +46,7 @@ pub use placement::Placement;
 pub use resource_snapshot::ResourceSnapshot;
 pub use strategy::StagedUpdateStrategy;
 pub use update_run::UpdateRun;
+pub use update_run_plan::UpdateRunPlan;
 pub use work::Work;
 
 /// The API group of every fleethub resource.
@@ -62,6 +64,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         Work::crd(),
         StagedUpdateStrategy::crd(),
         UpdateRun::crd(),
+        UpdateRunPlan::crd(),
         ApprovalRequest::crd(),
         AutoUpdatePolicy::crd(),
         PhasedRollout::crd(),

@@ -16,8 +16,8 @@ use crate::conditions::{FALSE, TRUE, find, is_true};
 use crate::strategy::{StageConfig, StageTask, StageTaskType};
 use crate::update_run::{
     APPROVAL_REQUEST_APPROVED, APPROVAL_REQUEST_CREATED, CLUSTER_SKIPPED, CLUSTER_STARTED,
-    ClusterUpdatingStatus, INITIALIZED, METRIC_CHECK_PASSED, MetricCheckResult, PROGRESSING,
-    SUCCEEDED, StageTaskStatus, StageUpdatingStatus, UpdateRunState, UpdateRunStatus,
+    ClusterList, ClusterUpdatingStatus, INITIALIZED, METRIC_CHECK_PASSED, MetricCheckResult,
+    PROGRESSING, SUCCEEDED, StageTaskStatus, StageUpdatingStatus, UpdateRunState, UpdateRunStatus,
     WAIT_TIME_ELAPSED, reason,
 };
 use crate::{ApprovalRequest, UpdateRun, approval, duration};
@@ -206,6 +206,9 @@ pub struct StageProgress {
     pub ended: Option<Timestamp>,
     /// Its clusters, in update order.
     pub clusters: Vec<ClusterProgress>,
+    /// Set when its clusters are in the run's UpdateRunPlan, which was not read: `clusters` is
+    /// empty, and these are their counts.
+    pub unread: Option<crate::stored_stage::ClusterCounts>,
     /// Its before-stage tasks (its clusters start once they passed), in the strategy's order.
     pub before_tasks: Vec<TaskProgress>,
     /// Its after-stage tasks, in the strategy's order.
@@ -349,7 +352,12 @@ impl Approval {
 impl StageProgress {
     /// Its clusters counted by phase.
     pub fn counts(&self) -> crate::stored_stage::ClusterCounts {
-        crate::stored_stage::ClusterCounts::of_phases(self.clusters.iter().map(|c| c.phase))
+        match &self.unread {
+            Some(counts) => counts.clone(),
+            None => {
+                crate::stored_stage::ClusterCounts::of_phases(self.clusters.iter().map(|c| c.phase))
+            }
+        }
     }
 }
 
@@ -414,12 +422,16 @@ impl RunProgress {
 
     /// Clusters done and clusters planned, the deletion stage's included.
     pub fn counts(&self) -> (usize, usize) {
-        self.clusters().fold((0, 0), |(done, all), c| {
-            (
-                done + usize::from(c.phase == ClusterPhase::Succeeded),
-                all + 1,
-            )
-        })
+        self.stages
+            .iter()
+            .chain(self.deletion.iter())
+            .map(StageProgress::counts)
+            .fold((0, 0), |(done, all), c| {
+                (
+                    done + c.succeeded.max(0) as usize,
+                    all + c.total.max(0) as usize,
+                )
+            })
     }
 
     /// "2 clusters joined Placement web after this run started (member-4, member-5): start a new
@@ -493,6 +505,10 @@ fn stage(
         clusters_completed: time(s.clusters_completed_time.as_ref()),
         ended: time(s.end_time.as_ref()),
         clusters: s.clusters.iter().map(cluster).collect(),
+        unread: match &s.cluster_list {
+            ClusterList::Unread(unread) => Some(unread.counts.clone()),
+            _ => None,
+        },
         before_tasks: tasks(&s.before_stage_task_status, before, None, approvals),
         tasks: tasks(
             &s.after_stage_task_status,

@@ -106,6 +106,7 @@ fn waiting_run() -> UpdateRun {
                 start_time: Some(at("00:00")),
                 clusters_completed_time: Some(at("00:30")),
                 end_time: Some(at("01:30")),
+                ..Default::default()
             },
             StageUpdatingStatus {
                 stage_name: "canary".into(),
@@ -163,6 +164,7 @@ fn waiting_run() -> UpdateRun {
                 start_time: Some(at("01:30")),
                 clusters_completed_time: Some(at("03:00")),
                 end_time: None,
+                ..Default::default()
             },
             StageUpdatingStatus {
                 stage_name: "production".into(),

@@ -2,11 +2,13 @@
 //! the stage as a [`ClusterUpdatingStatus`], in update order; the stored form keeps that for
 //! stages of at most [`DETAILED_STAGE_CLUSTERS`] clusters, and a compact form above:
 //!
-//! - `clusterNameList`: the plan, the stage's clusters in update order, comma-separated (one
-//!   string, not a list: the API server decodes, validates and tracks each item of a list on
-//!   every status write, and a 10,000-cluster run's 10,000 names were half the CPU of each of
-//!   its status writes; runs stored before keep `clusterNames`, a list, which still reads);
-//! - `succeededClusters`: which of them succeeded, as index ranges into that list
+//! - the plan, the stage's clusters in update order: in the run's UpdateRunPlan
+//!   (`clustersInPlan`), written once when the run initializes. Each status write sends the
+//!   whole status again, and a 10,000-cluster run's names were 110 of its 128 KB (and a third
+//!   of the API server's CPU per write). Runs initialized before UpdateRunPlans keep the names
+//!   in the status, comma-separated in `clusterNameList` (or, older still, as the list
+//!   `clusterNames`); both still read;
+//! - `succeededClusters`: which of them succeeded, as index ranges into the plan
 //!   (`0-833,835`), without their times (their Work status has them);
 //! - `updatingClusters`: which of them are updating and since when, as index ranges each with
 //!   its start time (`834-900@2026-11-27T01:02:03Z,905@2026-11-27T01:02:04Z`);
@@ -35,8 +37,8 @@ use serde::{Deserialize, Serialize};
 use crate::conditions::is_true;
 use crate::run_progress::{ClusterPhase, phase};
 use crate::update_run::{
-    CLUSTER_SKIPPED, CLUSTER_STARTED, ClusterUpdatingStatus, SUCCEEDED, StageTaskStatus,
-    StageUpdatingStatus, reason,
+    CLUSTER_SKIPPED, CLUSTER_STARTED, ClusterList, ClusterUpdatingStatus, SUCCEEDED,
+    StageTaskStatus, StageUpdatingStatus, reason,
 };
 
 /// Stages of more clusters than this are stored compact.
@@ -94,20 +96,26 @@ pub struct StoredStage {
     /// The stage's clusters counted by state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_counts: Option<ClusterCounts>,
-    /// Stages of over 100 clusters: the stage's clusters, in update order, comma-separated.
+    /// Stages of over 100 clusters: the stage's clusters, in update order, are in the run's
+    /// UpdateRunPlan (`status.planRef`), under this stage's name.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub clusters_in_plan: bool,
+    /// Stages of over 100 clusters, as runs initialized before UpdateRunPlans stored them: the
+    /// stage's clusters, in update order, comma-separated. Read, never written for new runs.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub cluster_name_list: String,
     /// Stages of over 100 clusters, as runs stored them before `clusterNameList`: the stage's
     /// clusters, in update order. Read, never written.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cluster_names: Vec<String>,
-    /// Stages of over 100 clusters: which of `clusterNameList` succeeded, as comma-separated
-    /// 0-based indexes and index ranges (`0-833,835`).
+    /// Stages of over 100 clusters: which of the stage's clusters succeeded, as comma-separated
+    /// 0-based indexes into its plan and index ranges (`0-833,835`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(regex(pattern = r"^([0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)?$"))]
     pub succeeded_clusters: String,
-    /// Stages of over 100 clusters: which of `clusterNameList` are updating, as comma-separated
-    /// 0-based indexes and index ranges, each with the time its clusters started
+    /// Stages of over 100 clusters: which of the stage's clusters are updating, as
+    /// comma-separated 0-based indexes into its plan and index ranges, each with the time its
+    /// clusters started
     /// (`834-900@2026-11-27T01:02:03Z,905@2026-11-27T01:02:04Z`). Those keeping their progress
     /// are in `clusters` instead.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -145,28 +153,45 @@ pub struct StoredStage {
 
 impl From<StageUpdatingStatus> for StoredStage {
     fn from(stage: StageUpdatingStatus) -> Self {
-        let counts = ClusterCounts::of(&stage.clusters);
-        let Compact {
-            names: cluster_names,
-            succeeded: succeeded_clusters,
-            updating: updating_clusters,
-            detail: clusters,
-        } = if stage.clusters.len() > DETAILED_STAGE_CLUSTERS {
-            compact(stage.clusters)
-        } else {
-            Compact {
-                detail: stage.clusters,
-                ..Compact::default()
+        let counts = match &stage.cluster_list {
+            ClusterList::Unread(unread) => unread.counts.clone(),
+            _ => ClusterCounts::of(&stage.clusters),
+        };
+        let (names, compact) = match stage.cluster_list {
+            // Written back as it was read.
+            ClusterList::Unread(unread) => (
+                Names::InPlan,
+                Compact {
+                    names: Vec::new(),
+                    succeeded: unread.succeeded,
+                    updating: unread.updating,
+                    detail: unread.detail,
+                },
+            ),
+            ClusterList::InPlan => (Names::InPlan, compact(stage.clusters)),
+            ClusterList::InStatus if stage.clusters.len() > DETAILED_STAGE_CLUSTERS => {
+                (Names::InStatus, compact(stage.clusters))
             }
+            ClusterList::InStatus => (
+                Names::InStatus,
+                Compact {
+                    detail: stage.clusters,
+                    ..Compact::default()
+                },
+            ),
         };
         StoredStage {
             stage_name: stage.stage_name,
             cluster_counts: Some(counts),
-            cluster_name_list: cluster_names.join(","),
+            clusters_in_plan: names == Names::InPlan,
+            cluster_name_list: match names {
+                Names::InPlan => String::new(),
+                Names::InStatus => compact.names.join(","),
+            },
             cluster_names: Vec::new(),
-            succeeded_clusters,
-            updating_clusters,
-            clusters,
+            succeeded_clusters: compact.succeeded,
+            updating_clusters: compact.updating,
+            clusters: compact.detail,
             before_stage_task_status: stage.before_stage_task_status,
             after_stage_task_status: stage.after_stage_task_status,
             conditions: stage.conditions,
@@ -177,27 +202,45 @@ impl From<StageUpdatingStatus> for StoredStage {
     }
 }
 
+/// Where a stored stage's cluster names go.
+#[derive(PartialEq)]
+enum Names {
+    InStatus,
+    InPlan,
+}
+
 impl From<StoredStage> for StageUpdatingStatus {
     fn from(stored: StoredStage) -> Self {
-        let names = if stored.cluster_name_list.is_empty() {
-            stored.cluster_names
+        let (clusters, cluster_list) = if stored.clusters_in_plan {
+            let unread = UnreadClusters {
+                counts: stored.cluster_counts.unwrap_or_default(),
+                succeeded: stored.succeeded_clusters,
+                updating: stored.updating_clusters,
+                detail: stored.clusters,
+            };
+            (Vec::new(), ClusterList::Unread(Box::new(unread)))
         } else {
-            stored
-                .cluster_name_list
-                .split(',')
-                .map(str::to_string)
-                .collect()
-        };
-        let clusters = if names.is_empty() {
-            stored.clusters
-        } else {
-            expand(
-                names,
-                &stored.succeeded_clusters,
-                &stored.updating_clusters,
-                stored.clusters,
-                stored.start_time.as_ref(),
-            )
+            let names = if stored.cluster_name_list.is_empty() {
+                stored.cluster_names
+            } else {
+                stored
+                    .cluster_name_list
+                    .split(',')
+                    .map(str::to_string)
+                    .collect()
+            };
+            let clusters = if names.is_empty() {
+                stored.clusters
+            } else {
+                expand(
+                    names,
+                    &stored.succeeded_clusters,
+                    &stored.updating_clusters,
+                    stored.clusters,
+                    stored.start_time.as_ref(),
+                )
+            };
+            (clusters, ClusterList::InStatus)
         };
         StageUpdatingStatus {
             stage_name: stored.stage_name,
@@ -208,7 +251,40 @@ impl From<StoredStage> for StageUpdatingStatus {
             start_time: stored.start_time,
             clusters_completed_time: stored.clusters_completed_time,
             end_time: stored.end_time,
+            cluster_list,
         }
+    }
+}
+
+/// A stage whose clusters are in the run's UpdateRunPlan, as its status stores it, until the
+/// plan is read: the stage's counts, and its progress by index into the plan.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct UnreadClusters {
+    /// The stage's clusters counted by state.
+    pub counts: ClusterCounts,
+    /// `succeededClusters`.
+    pub succeeded: String,
+    /// `updatingClusters`.
+    pub updating: String,
+    /// `clusters`: the detail kept.
+    pub detail: Vec<ClusterUpdatingStatus>,
+}
+
+impl UnreadClusters {
+    /// Every cluster of the stage, from `names` (comma-separated, in update order).
+    pub fn expand(self, names: &str, stage_start: Option<&Time>) -> Vec<ClusterUpdatingStatus> {
+        let names = names
+            .split(',')
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+            .collect();
+        expand(
+            names,
+            &self.succeeded,
+            &self.updating,
+            self.detail,
+            stage_start,
+        )
     }
 }
 

@@ -267,3 +267,42 @@ fn a_large_stage_stored_with_its_names_as_a_list_reads_as_with_the_name_list() {
     assert_eq!(again["clusterNameList"].as_str(), Some(list.as_str()));
     assert!(again.get("clusterNames").is_none());
 }
+
+#[test]
+fn a_stage_planned_in_an_update_run_plan_is_stored_without_its_names_and_reads_back_with_them() {
+    let mut stage = stage(1_000);
+    let (inline, _) = round_trip(&stage);
+    stage.cluster_list = ClusterList::InPlan;
+    let (json, mut back) = round_trip(&stage);
+    assert_eq!(json["clustersInPlan"], true);
+    assert!(json.get("clusterNameList").is_none());
+    // The same progress as a stage that keeps its names, less the names.
+    for field in [
+        "succeededClusters",
+        "updatingClusters",
+        "clusters",
+        "clusterCounts",
+    ] {
+        assert_eq!(json[field], inline[field], "{field}");
+    }
+    // Until its plan is read, it has its counts and no clusters.
+    assert!(back.clusters.is_empty());
+    assert!(matches!(back.cluster_list, ClusterList::Unread(_)));
+    assert_eq!(back.counts(), ClusterCounts::of(&stage.clusters));
+    // Written back unread, it is stored the same.
+    assert_eq!(serde_json::to_value(&back).unwrap(), json);
+    let names: Vec<&str> = stage
+        .clusters
+        .iter()
+        .map(|c| c.cluster_name.as_str())
+        .collect();
+    back.read_plan(&names.join(","));
+    assert_eq!(back.cluster_list, ClusterList::InPlan);
+    let (_, through_names) = round_trip(&StageUpdatingStatus {
+        cluster_list: ClusterList::InStatus,
+        ..stage.clone()
+    });
+    assert_eq!(back.clusters, through_names.clusters);
+    // Read, and stored again, it is stored the same.
+    assert_eq!(serde_json::to_value(&back).unwrap(), json);
+}

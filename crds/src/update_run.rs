@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use crate::metric_check::{MetricCheckResult, MetricCheckStatus};
-use crate::stored_stage::StoredStage;
+use crate::stored_stage::{StoredStage, UnreadClusters};
 use crate::strategy::{StageTaskType, StagedUpdateStrategySpec};
 
 /// Condition type: the run froze its strategy and cluster plan into status.
@@ -38,10 +38,10 @@ pub const MAX_CLUSTERS_NOT_IN_RUN_NAMES: usize = 20;
 /// clusters the placement no longer selects.
 pub const DELETION_STAGE: &str = "fleethub.dev/delete";
 /// The most bytes the names of a run's clusters may take. A run keeps its plan (every cluster's
-/// name, in order) in its status, with the detail of the clusters in flight, failed or passed
-/// over (compact above 100 clusters a stage: see [`stored_stage`](crate::stored_stage)); etcd
-/// stores at most 1.5 MiB per object. This admits about 15,000 clusters of 63-character names
-/// and 75,000 of 11-character ones; a larger placement is refused at initialization.
+/// name, in order) in its status for stages of at most 100 clusters, and in its UpdateRunPlan
+/// for larger ones (see [`stored_stage`](crate::stored_stage)); etcd stores at most 1.5 MiB per
+/// object. This admits about 15,000 clusters of 63-character names and 75,000 of 11-character
+/// ones; a larger placement is refused at initialization.
 pub const MAX_RUN_NAME_BYTES: usize = 1024 * 1024;
 
 /// The bytes `names` take in a run's status (each quoted, comma-separated).
@@ -70,6 +70,9 @@ pub mod reason {
     /// Progressing=False: the next cluster's member is not healthy; the run waits for it (the
     /// stage's maxFailedClusters budget is spent or zero).
     pub const WAITING_FOR_MEMBER: &str = "WaitingForHealthyMember";
+    /// Progressing=False and Succeeded=False: the run's UpdateRunPlan, the order of its
+    /// clusters, was deleted.
+    pub const PLAN_LOST: &str = "UpdateRunPlanLost";
     /// Succeeded=False: the Placement was deleted while the run rolled it out.
     pub const PLACEMENT_DELETED: &str = "PlacementDeleted";
     /// Cluster Skipped=True: the cluster left the placement (no longer selected, or its
@@ -287,6 +290,11 @@ pub struct UpdateRunStatus {
     /// The plan and progress of every stage, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages_status: Vec<StageUpdatingStatus>,
+    /// The UpdateRunPlan holding, in update order, the clusters of this run's stages of over
+    /// 100 clusters (those with `clustersInPlan`). Written once, when the run initializes; the
+    /// run owns it. Runs without a stage that large have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_ref: Option<PlanRef>,
     /// The newest snapshot of every override that may apply to the placement, fixed at
     /// initialization: every cluster the run binds gets these (each cluster only the rules that
     /// select it; its Binding's `Overridden` condition says which changed it). Later edits of an
@@ -302,6 +310,64 @@ pub struct UpdateRunStatus {
     /// When the run finished (succeeded or failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_time: Option<Time>,
+}
+
+/// Which UpdateRunPlan holds a run's cluster order.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanRef {
+    /// The UpdateRunPlan (the run's own name).
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Its uid: a plan deleted and created again under the same name is not this run's.
+    #[schemars(length(min = 1, max = 64))]
+    pub uid: String,
+}
+
+impl UpdateRunStatus {
+    /// Whether a stage's clusters are in the run's UpdateRunPlan and not read yet.
+    pub fn plan_unread(&self) -> bool {
+        self.stages()
+            .any(|s| matches!(s.cluster_list, ClusterList::Unread(_)))
+    }
+
+    /// Whether a stage's clusters are (to be) kept in an UpdateRunPlan.
+    pub fn uses_plan(&self) -> bool {
+        self.stages()
+            .any(|s| !matches!(s.cluster_list, ClusterList::InStatus))
+    }
+
+    /// Every stage, the deletion stage last.
+    pub fn stages(&self) -> impl Iterator<Item = &StageUpdatingStatus> {
+        self.stages_status
+            .iter()
+            .chain(self.deletion_stage_status.as_ref())
+    }
+
+    /// Reads the clusters of the stages kept in `plan` (the run's UpdateRunPlan, whose uid
+    /// `status.planRef` names): afterwards every stage lists all its clusters. The error says
+    /// which stage the plan lacks.
+    pub fn read_plan(
+        &mut self,
+        plan: &crate::update_run_plan::UpdateRunPlanSpec,
+    ) -> Result<(), String> {
+        let stages = self
+            .stages_status
+            .iter_mut()
+            .chain(self.deletion_stage_status.as_mut());
+        for stage in stages {
+            if !matches!(stage.cluster_list, ClusterList::Unread(_)) {
+                continue;
+            }
+            let names = plan
+                .stages
+                .iter()
+                .find(|p| p.stage_name == stage.stage_name)
+                .ok_or_else(|| format!("it has no clusters for stage {}", stage.stage_name))?;
+            stage.read_plan(&names.cluster_name_list);
+        }
+        Ok(())
+    }
 }
 
 /// Clusters a run does not include although its placement selects them now.
@@ -338,6 +404,43 @@ pub struct StageUpdatingStatus {
     pub clusters_completed_time: Option<Time>,
     /// When the stage (including its after-stage tasks) finished.
     pub end_time: Option<Time>,
+    /// Where the stage's clusters are kept.
+    pub cluster_list: ClusterList,
+}
+
+/// Where a stage's clusters, in update order, are kept.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum ClusterList {
+    /// In the run's status: stages of at most 100 clusters, and large stages of runs
+    /// initialized before UpdateRunPlans (`clusterNameList`).
+    #[default]
+    InStatus,
+    /// In the run's UpdateRunPlan, and `clusters` lists them all (planned, or read with the
+    /// plan). Written without their names.
+    InPlan,
+    /// In the run's UpdateRunPlan, not read yet: `clusters` is empty, and their progress waits
+    /// for their names ([`UpdateRunStatus::read_plan`]).
+    Unread(Box<UnreadClusters>),
+}
+
+impl StageUpdatingStatus {
+    /// The stage's clusters counted by state, also before its plan was read.
+    pub fn counts(&self) -> crate::stored_stage::ClusterCounts {
+        match &self.cluster_list {
+            ClusterList::Unread(unread) => unread.counts.clone(),
+            _ => crate::stored_stage::ClusterCounts::of(&self.clusters),
+        }
+    }
+
+    /// Reads the stage's clusters from `names` (its clusters in update order,
+    /// comma-separated), if they were not read yet.
+    pub fn read_plan(&mut self, names: &str) {
+        if let ClusterList::Unread(unread) =
+            std::mem::replace(&mut self.cluster_list, ClusterList::InPlan)
+        {
+            self.clusters = unread.expand(names, self.start_time.as_ref());
+        }
+    }
 }
 
 /// The schema is the stored form's.

@@ -1,8 +1,8 @@
 // A run over 120 clusters in real Chromium against the real local fleet: the hub stores its
-// stage compact (the plan as names, counts by state), and the run's page shows the stage's
-// counts, pages its clusters 50 at a time and finds them by name. The 120 MemberClusters have no
-// agent (their Joined condition is written here), so the run is only planned
-// (spec.state Initialize): nothing is sent to them.
+// stage compact (counts by state; the names in order in its UpdateRunPlan), and the run's page
+// shows the stage's counts, pages its clusters 50 at a time and finds them by name. The 120
+// MemberClusters have no agent (their Joined condition is written here), so the run is only
+// planned (spec.state Initialize): nothing is sent to them.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 
@@ -78,13 +78,17 @@ test('a 120-cluster stage is stored compact, and its page shows counts, pages an
   const progressing = () => getJson('updaterun', name)?.status?.conditions?.find((c) => c.type === 'Progressing');
   await waitFor('the hub to plan the run', () => progressing()?.reason === 'UpdateRunNotStarted', 120_000);
 
-  // Stored compact: the plan as names in order (one comma-separated string), the counts, no
-  // per-cluster entries yet.
-  const stage = getJson('updaterun', name).status.stagesStatus[0];
-  assert.deepEqual(stage.clusterNameList.split(','), members);
-  assert.equal(stage.clusterNames, undefined);
+  // Stored compact: the counts and no per-cluster entries yet in the run's status; the plan,
+  // the names in order (one comma-separated string), in the run's UpdateRunPlan, written once.
+  const status = getJson('updaterun', name).status;
+  const stage = status.stagesStatus[0];
+  assert.equal(stage.clustersInPlan, true);
+  assert.equal(stage.clusterNameList, undefined);
   assert.deepEqual(stage.clusterCounts, { total: CLUSTERS, pending: CLUSTERS, updating: 0, succeeded: 0, failed: 0, skipped: 0 });
   assert.deepEqual(stage.clusters, []);
+  const plan = getJson('updaterunplan', name);
+  assert.equal(status.planRef.uid, plan.metadata.uid);
+  assert.deepEqual(plan.spec.stages, [{ stageName: 'edge', clusterNameList: members.join(',') }]);
 
   const page = await browser.context.newPage();
   await signIn(page, 'admin', `/runs/${name}`);

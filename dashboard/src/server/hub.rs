@@ -8,6 +8,7 @@ use fleethub_crds::auto_update::{
     AutoUpdatePolicy, CHECK_REQUESTED_ANNOTATION, RESET_REQUESTED_ANNOTATION,
 };
 use fleethub_crds::update_run::{UpdateRunSpec, UpdateRunState};
+use fleethub_crds::update_run_plan::{self, UpdateRunPlan};
 use fleethub_crds::{
     ApprovalRequest, Binding, MemberCluster, Placement, ResourceSnapshot, StagedUpdateStrategy,
     UpdateRun, approval,
@@ -287,8 +288,26 @@ pub async fn run(client: &Client, name: &str, query: &RunQuery) -> Result<RunVie
                 Error::from_kube(e, "list the run's approval requests", "approval requests")
             })
     };
+    // A large run's clusters are in its UpdateRunPlan (same name), read alongside; needed only
+    // by a run whose status says so.
+    let plans = Api::<UpdateRunPlan>::all(client.clone());
+    let plan = plans.get_opt(name);
     let started = std::time::Instant::now();
-    let (run, approvals) = futures::try_join!(run, approvals)?;
+    let (read, plan) = futures::join!(async { futures::try_join!(run, approvals) }, plan);
+    let (mut run, approvals) = read?;
+    if update_run_plan::needs_plan(&run) {
+        let plan = plan.map_err(|e| {
+            Error::from_kube(
+                e,
+                "load the order of the run's clusters",
+                &format!("UpdateRunPlan {name}"),
+            )
+        })?;
+        if let Err(e) = update_run_plan::read_into(&mut run, plan.as_ref()) {
+            // The run's own conditions say so too; its stages show their counts.
+            tracing::info!(run = %name, error = %e, "run shown without its clusters");
+        }
+    }
     let read = started.elapsed();
     let mut view = views::run(&run, &approvals.items, query);
     let viewed = started.elapsed();

@@ -14,13 +14,14 @@
 //! Also here: watches of the hub's answers (UpdateRun status, provisioned ServiceAccounts) that
 //! feed the [`Timeline`].
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fleethub_crds::conditions::{find, is_true};
 use fleethub_crds::member_cluster::{AGENT_LEASE, STATUS_REPORT_PERIOD, agent_lease};
 use fleethub_crds::update_run::SUCCEEDED;
+use fleethub_crds::update_run_plan::{self, UpdateRunPlan};
 use fleethub_crds::work::{APPLIED, AVAILABLE};
 use fleethub_crds::{MemberCluster, UpdateRun, Work, names};
 use fleethub_runtime::retry::{self, Backoff};
@@ -446,17 +447,36 @@ fn bad_image(work: &Work, unready: &Unready) -> Option<String> {
 /// outcome.
 pub fn watch_runs(client: Client, timeline: Arc<Timeline>) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let api: Api<UpdateRun> = Api::all(client);
+        let api: Api<UpdateRun> = Api::all(client.clone());
         let cfg = fleethub_runtime::watcher_config().labels(&format!("{BENCH_LABEL}=true"));
         let mut runs = watcher(api, cfg)
             .backoff(fleethub_runtime::watch_backoff())
             .applied_objects()
             .boxed();
+        // The runs' UpdateRunPlans (the order of their large stages' clusters), each read once.
+        let plans_api: Api<UpdateRunPlan> = Api::all(client);
+        let mut plans: HashMap<String, UpdateRunPlan> = HashMap::new();
         while let Some(next) = runs.next().await {
-            let Ok(run) = next else { continue };
+            let Ok(mut run) = next else { continue };
             let at = Instant::now();
             let name = run.name_any();
             let version = resource_version(&run);
+            if update_run_plan::needs_plan(&run) {
+                let uid = run
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.plan_ref.as_ref())
+                    .map(|r| r.uid.clone());
+                if plans.get(&name).and_then(|p| p.metadata.uid.clone()) != uid
+                    && let Ok(Some(plan)) = plans_api.get_opt(&name).await
+                {
+                    plans.insert(name.clone(), plan);
+                }
+                if let Err(e) = update_run_plan::read_into(&mut run, plans.get(&name)) {
+                    eprintln!("[bench] run {name}: {e}");
+                    continue;
+                }
+            }
             let Some(status) = run.status.as_ref() else {
                 continue;
             };

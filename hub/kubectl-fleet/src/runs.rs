@@ -8,6 +8,7 @@ use fleethub_crds::approval::approve_patch;
 use fleethub_crds::conditions::is_true;
 use fleethub_crds::names::UPDATE_RUN_LABEL;
 use fleethub_crds::update_run::SUCCEEDED;
+use fleethub_crds::update_run_plan::{self, UpdateRunPlan};
 use fleethub_crds::{ApprovalRequest, UpdateRun};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{ListParams, Patch, PatchParams};
@@ -37,6 +38,31 @@ async fn get_run(client: &Client, name: &str) -> Result<UpdateRun> {
                 "updaterun {name} not found on the hub (kubectl fleet runs lists them)"
             ))
         })
+}
+
+/// `run` with the clusters of its large stages, which are in its UpdateRunPlan: read into
+/// `plan` the first time (a plan never changes). A plan that is lost leaves those stages with
+/// their counts; the run's conditions say why.
+async fn with_plan(
+    client: &Client,
+    plan: &mut Option<UpdateRunPlan>,
+    mut run: UpdateRun,
+) -> Result<UpdateRun> {
+    if !update_run_plan::needs_plan(&run) {
+        return Ok(run);
+    }
+    let reference = run.status.as_ref().and_then(|s| s.plan_ref.clone());
+    if let Some(r) = &reference
+        && plan.as_ref().and_then(|p| p.metadata.uid.as_ref()) != Some(&r.uid)
+    {
+        *plan = Api::<UpdateRunPlan>::all(client.clone())
+            .get_opt(&r.name)
+            .await
+            .map_err(Error::api(format!("reading UpdateRunPlan {}", r.name)))?;
+    }
+    // Lost: shown with its counts.
+    let _ = update_run_plan::read_into(&mut run, plan.as_ref());
+    Ok(run)
 }
 
 async fn run_approvals(client: &Client, run: &str) -> Result<BTreeMap<String, ApprovalRequest>> {
@@ -70,7 +96,8 @@ pub async fn runs(hub: &Cluster) -> Result<()> {
 /// its ApprovalRequests changes, and returns when the run has finished; failing if it failed.
 pub async fn run(hub: &Cluster, name: &str, watch: bool, all_clusters: bool) -> Result<()> {
     let style = style();
-    let mut run = get_run(&hub.client, name).await?;
+    let mut plan = None;
+    let mut run = with_plan(&hub.client, &mut plan, get_run(&hub.client, name).await?).await?;
     let mut approvals = run_approvals(&hub.client, name).await?;
     let mut last = String::new();
     let mut show = |run: &UpdateRun, approvals: &BTreeMap<String, ApprovalRequest>| {
@@ -139,7 +166,7 @@ pub async fn run(hub: &Cluster, name: &str, watch: bool, all_clusters: bool) -> 
         };
         match next {
             Some(Ok(Some(Change::Run(r)))) => {
-                run = *r;
+                run = with_plan(&hub.client, &mut plan, *r).await?;
                 warned = false;
             }
             Some(Ok(Some(Change::Gates))) => approvals = run_approvals(&hub.client, name).await?,

@@ -36,6 +36,7 @@ mod acting;
 mod asked;
 mod observe;
 mod pace;
+mod plans;
 mod publisher;
 
 use act::act;
@@ -102,6 +103,8 @@ pub struct Context {
     pace: pace::Pace,
     /// The ApprovalRequests created that the cache does not show yet ([`asked`]).
     asked: asked::Asked,
+    /// The runs' UpdateRunPlans this process read or wrote ([`plans`]).
+    plans: plans::Plans,
 }
 
 impl Context {
@@ -122,6 +125,7 @@ impl Context {
         let exists = |name: &str| self.runs.get(&ObjectRef::new(name)).is_some();
         self.acting.prune(exists);
         self.pace.retain(exists);
+        self.plans.retain(exists);
         self.asked.forget_old();
         if !self.written.is_empty() {
             self.written.retain(|name, _| exists(name));
@@ -262,9 +266,11 @@ pub async fn run(
         acting: acting::Queues::new(retry),
         pace: pace::Pace::default(),
         asked: asked::Asked::default(),
+        plans: plans::Plans::default(),
     });
     let after_each = ctx.clone();
     let stopped = ctx.clone();
+    let plans_deleted = plans::deletions(ctx.client.clone(), ctx.clone());
 
     controller
         .watches_stream(member_stream, waiting_for_member)
@@ -293,6 +299,7 @@ pub async fn run(
             Some(ObjectRef::<UpdateRun>::new(&a.spec.parent_stage_rollout))
         })
         .reconcile_on(retries)
+        .reconcile_on(plans_deleted)
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(
             |run, ctx| async move {
@@ -386,10 +393,16 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
         return Ok(Requeue::requeue(CACHE_WAIT));
     }
     let started = std::time::Instant::now();
+    // The clusters of its large stages are in its UpdateRunPlan.
+    let (run, plan_lost) = match ctx.plans.read(&ctx.client, run).await? {
+        plans::WithPlan::Read(run) => (run, None),
+        plans::WithPlan::Lost(run, why) => (run, Some(why)),
+    };
     let lookups = look_up(&ctx, &run).await?;
     // What the pace counts: the hub's own work on the run, not the lookups' or queries' waits.
     let plan_started = std::time::Instant::now();
     let mut observed = observe(&ctx, &run, &lookups);
+    observed.plan_lost = plan_lost;
     let mut plan = plan::plan(&observed);
     let mut planning = plan_started.elapsed();
     if refused_over_member_labels(&plan.status) {
@@ -452,6 +465,12 @@ fn refused_over_member_labels(status: &fleethub_crds::update_run::UpdateRunStatu
 async fn report(ctx: &Context, run: &UpdateRun, plan: &Plan) -> Result<Requeue, Error> {
     let name = run.name_any();
     if Some(&plan.status) != run.status.as_ref() {
+        let mut status = plan.status.clone();
+        if status.uses_plan() && status.plan_ref.is_none() {
+            // Initialized now: the order of its large stages' clusters is written once, before
+            // the first status that counts on it.
+            status.plan_ref = Some(ctx.plans.write(&ctx.client, run, &status).await?);
+        }
         let runs: Api<UpdateRun> = Api::all(ctx.client.clone());
         // The whole status, replaced (this controller is its only writer): an update, not an
         // apply, so the API server neither parses the body as YAML (kube sends applies as
@@ -466,7 +485,7 @@ async fn report(ctx: &Context, run: &UpdateRun, plan: &Plan) -> Result<Requeue, 
             },
             // The status subresource ignores the spec; it is sent only because the type has one.
             spec: run.spec.clone(),
-            status: Some(plan.status.clone()),
+            status: Some(status),
         };
         let params = PostParams {
             field_manager: Some(FIELD_MANAGER.to_string()),

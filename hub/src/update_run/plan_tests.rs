@@ -183,6 +183,7 @@ impl World {
             strategy: Some(&self.strategy),
             placement: self.placement.as_ref(),
             placement_deleted: self.placement_deleted,
+            plan_lost: None,
             latest_snapshot_index: self.latest,
             snapshot_exists: true,
             cluster_labels: self.labels.clone(),

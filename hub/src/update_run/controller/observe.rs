@@ -147,6 +147,7 @@ pub(super) fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookup
         strategy: lookups.strategy.as_ref().map(|s| &s.spec),
         placement: lookups.placement.as_ref(),
         placement_deleted: lookups.placement_deleted,
+        plan_lost: None,
         latest_snapshot_index: latest_index(lookups.placement.as_ref()),
         snapshot_exists: lookups.snapshot_exists,
         cluster_labels: members

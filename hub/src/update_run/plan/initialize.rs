@@ -8,10 +8,11 @@ use fleethub_crds::concurrency::MaxConcurrency;
 use fleethub_crds::conditions::{TRUE, find};
 use fleethub_crds::metric_check::Settings;
 use fleethub_crds::placement::{RolloutStrategyType, SCHEDULED, reason as placement_reason};
+use fleethub_crds::stored_stage::DETAILED_STAGE_CLUSTERS;
 use fleethub_crds::strategy::{StageConfig, StageTask, StageTaskType, StagedUpdateStrategySpec};
 use fleethub_crds::update_run::{
-    ClusterUpdatingStatus, DELETION_STAGE, INITIALIZED, MAX_RUN_NAME_BYTES, MetricCheckStatus,
-    StageTaskStatus, StageUpdatingStatus, reason, run_name_bytes,
+    ClusterList, ClusterUpdatingStatus, DELETION_STAGE, INITIALIZED, MAX_RUN_NAME_BYTES,
+    MetricCheckStatus, StageTaskStatus, StageUpdatingStatus, reason, run_name_bytes,
 };
 use fleethub_crds::{duration, names};
 use kube::core::{Selector, SelectorExt};
@@ -322,6 +323,7 @@ impl<'a, 'o> Planner<'a, 'o> {
                     .iter()
                     .map(|t| task_status(&run, cfg, Side::After, t, &clusters))
                     .collect(),
+                cluster_list: list_for(clusters.len()),
                 clusters: clusters.into_iter().map(cluster_status).collect(),
                 ..Default::default()
             })
@@ -332,6 +334,7 @@ impl<'a, 'o> Planner<'a, 'o> {
         self.status.stages_status = stages;
         self.status.deletion_stage_status = Some(StageUpdatingStatus {
             stage_name: DELETION_STAGE.to_string(),
+            cluster_list: list_for(selected.removed.len()),
             clusters: selected
                 .removed
                 .iter()
@@ -470,4 +473,15 @@ fn format_labels(labels: &BTreeMap<String, String>) -> String {
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// Where a stage of `clusters` clusters keeps them: stages of over
+/// [`DETAILED_STAGE_CLUSTERS`] in the run's UpdateRunPlan, written once (the controller writes
+/// it before the status that refers to it), instead of in every status write.
+fn list_for(clusters: usize) -> ClusterList {
+    if clusters > DETAILED_STAGE_CLUSTERS {
+        ClusterList::InPlan
+    } else {
+        ClusterList::InStatus
+    }
 }

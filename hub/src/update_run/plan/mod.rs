@@ -220,6 +220,9 @@ pub struct Observed<'a> {
     pub placement: Option<&'a Placement>,
     /// The placement was deleted (or is being deleted) after the run initialized.
     pub placement_deleted: bool,
+    /// The run's UpdateRunPlan is lost (deleted, or another's), and why: the run cannot go on.
+    /// Its stages' clusters were not read.
+    pub plan_lost: Option<String>,
     /// The placement's latest resource snapshot index: the index of a run that names none
     /// (only read until the run recorded the index it uses).
     pub latest_snapshot_index: Option<i64>,
@@ -497,6 +500,16 @@ impl Planner<'_, '_> {
             self.set_run(SUCCEEDED, FALSE, reason::PLACEMENT_DELETED, message.clone());
             self.status.end_time = Some(Time(self.o.now));
             self.event(true, reason::PLACEMENT_DELETED, message);
+            return;
+        }
+        if let Some(why) = &self.o.plan_lost {
+            let message = format!(
+                "{why}: the run cannot go on without the order of its clusters (they keep what they run); start a new UpdateRun"
+            );
+            self.set_run(PROGRESSING, FALSE, reason::PLAN_LOST, message.clone());
+            self.set_run(SUCCEEDED, FALSE, reason::PLAN_LOST, message.clone());
+            self.status.end_time = Some(Time(self.o.now));
+            self.event(true, reason::PLAN_LOST, message);
             return;
         }
         self.count_clusters_not_in_run();
