@@ -445,3 +445,48 @@ fn skipped_clusters_the_index_in_use_and_clusters_not_in_the_run_are_read() {
         vec![cond(SUCCEEDED, TRUE, reason::SUCCEEDED, "done", "09:00")];
     assert_eq!(RunProgress::new(&run, &[]).not_in_run_notice(), None);
 }
+
+#[test]
+fn a_stage_whose_plan_was_not_read_counts_its_clusters_from_the_status() {
+    let mut run = waiting_run();
+    let status = run.status.as_mut().unwrap();
+    let mut production = status.stages_status[2].clone();
+    production.clusters = (0..150)
+        .map(|i| {
+            let mut c = cluster(&format!("prod-{i}"), vec![]);
+            if i < 40 {
+                c.conditions = vec![cond(
+                    SUCCEEDED,
+                    TRUE,
+                    reason::CLUSTER_SUCCEEDED,
+                    "ok",
+                    "04:00",
+                )];
+            }
+            c
+        })
+        .collect();
+    production.cluster_list = ClusterList::InPlan;
+    // As a reader that did not read the run's UpdateRunPlan has it.
+    let stored: StageUpdatingStatus =
+        serde_json::from_value(serde_json::to_value(&production).unwrap()).unwrap();
+    assert!(stored.clusters.is_empty());
+    let (done_before, all_before) = RunProgress::new(&run, &[]).counts();
+    run.status.as_mut().unwrap().stages_status[2] = stored;
+    let progress = RunProgress::new(&run, &[]);
+    let stage = &progress.stages[2];
+    assert!(stage.clusters.is_empty());
+    let counts = stage.counts();
+    assert_eq!(
+        (counts.total, counts.succeeded, counts.pending),
+        (150, 40, 110)
+    );
+    let old = RunProgress::new(&waiting_run(), &[]).stages[2].counts();
+    assert_eq!(
+        progress.counts(),
+        (
+            done_before - old.succeeded as usize + 40,
+            all_before - old.total as usize + 150
+        )
+    );
+}
