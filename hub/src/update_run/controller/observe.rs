@@ -134,11 +134,21 @@ pub(super) fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookup
         .filter(|b| b.metadata.deletion_timestamp.is_none())
         .map(|b| BindingView::from_binding(&b))
         .collect();
+    // After initialization the planner reads the Works and the members' health only of the
+    // clusters it has not finished with, and no labels: at 10,000 clusters, views of every Work
+    // and copies of every member's labels were most of each reconcile's CPU.
+    let initialized = run
+        .status
+        .as_ref()
+        .is_some_and(|s| is_true(&s.conditions, fleethub_crds::update_run::INITIALIZED));
+    let open = initialized.then(|| unfinished_clusters(run));
+    let open_or_all = |cluster: &str| open.as_ref().is_none_or(|open| open.contains(cluster));
     // Only the members the run concerns, looked up by name: a reconcile copied every member's
     // labels, and at 10,000 members with 100 runs reconciling at once those copies held over a
     // GiB.
     let members: Vec<_> = concerned_clusters(run, &bindings)
         .into_iter()
+        .filter(|c| open_or_all(c))
         .filter_map(|c| ctx.members.get(&ObjectRef::new(c)))
         .collect();
     Observed {
@@ -150,10 +160,15 @@ pub(super) fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookup
         plan_lost: None,
         latest_snapshot_index: latest_index(lookups.placement.as_ref()),
         snapshot_exists: lookups.snapshot_exists,
-        cluster_labels: members
-            .iter()
-            .map(|m| (m.name_any(), m.labels().clone()))
-            .collect(),
+        // Read only to initialize (stages by label, order by sorting label).
+        cluster_labels: if initialized {
+            BTreeMap::new()
+        } else {
+            members
+                .iter()
+                .map(|m| (m.name_any(), m.labels().clone()))
+                .collect()
+        },
         down_members: members
             .iter()
             .filter(|m| {
@@ -179,7 +194,7 @@ pub(super) fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookup
             .filter(|w| &w.spec.placement_name == placement)
             .filter_map(|w| {
                 let cluster = names::cluster_of_namespace(w.metadata.namespace.as_deref()?)?;
-                Some((cluster.to_string(), WorkView::from_work(w)))
+                open_or_all(cluster).then(|| (cluster.to_string(), WorkView::from_work(w)))
             })
             .collect(),
         approvals: ctx
@@ -216,6 +231,32 @@ fn concerned_clusters<'a>(run: &'a UpdateRun, bindings: &'a [BindingView]) -> Ha
         }
     }
     names
+}
+
+/// The clusters of `run` the planner is not finished with: in its stages, those that neither
+/// succeeded nor were passed over (pending, updating, failed); every cluster of its deletion
+/// stage. The planner reads Works and members' health only for these.
+fn unfinished_clusters(run: &UpdateRun) -> HashSet<&str> {
+    let Some(status) = &run.status else {
+        return HashSet::new();
+    };
+    let finished = |c: &fleethub_crds::update_run::ClusterUpdatingStatus| {
+        is_true(&c.conditions, SUCCEEDED)
+            || is_true(&c.conditions, fleethub_crds::update_run::CLUSTER_SKIPPED)
+    };
+    let stages = status
+        .stages_status
+        .iter()
+        .flat_map(|s| &s.clusters)
+        .filter(|c| !finished(c));
+    let deletion = status
+        .deletion_stage_status
+        .iter()
+        .flat_map(|s| &s.clusters);
+    stages
+        .chain(deletion)
+        .map(|c| c.cluster_name.as_str())
+        .collect()
 }
 
 /// Makes the metric checks' queries, together.
