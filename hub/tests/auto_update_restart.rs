@@ -12,7 +12,7 @@ use common::auto_update::{policy, status, track_policy};
 use common::real::Rollout;
 use fleethub_crds::UpdateRun;
 use fleethub_crds::auto_update::{AutoUpdatePolicy, AutoUpdatePolicyStatus, VersionOutcome};
-use fleethub_testkit::{Fleet, http_get, poll_until};
+use fleethub_testkit::Fleet;
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
@@ -39,16 +39,7 @@ async fn crash_until(
         }
         fleet.kill("hub").unwrap();
         kills += 1;
-        fleet.start_fleethub().unwrap();
-        poll_until("the restarted hub to lead", TIMEOUT, || async {
-            let (_, metrics) = http_get(fleet.hub_health_addr(), "/metrics").await.ok()?;
-            metrics
-                .lines()
-                .any(|l| l == "fleethub_hub_leader 1")
-                .then_some(())
-        })
-        .await
-        .unwrap();
+        common::start_hub(fleet).await;
         assert!(
             tokio::time::Instant::now() < deadline,
             "not done within {:?} ({kills} crashes)",

@@ -12,7 +12,7 @@ use fleethub_crds::conditions::find;
 use fleethub_crds::update_run::{PROGRESSING, SUCCEEDED, reason};
 use fleethub_crds::update_run_plan::{self, UpdateRunPlan};
 use fleethub_crds::{UpdateRun, Work, names};
-use fleethub_testkit::{Fleet, http_get, poll_until, wait_for};
+use fleethub_testkit::{Fleet, wait_for};
 use futures::StreamExt;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -94,16 +94,7 @@ async fn a_large_stage_keeps_its_order_in_a_plan_across_hub_crashes() {
         }
         fleet.kill("hub").unwrap();
         kills += 1;
-        fleet.start_fleethub().unwrap();
-        poll_until("the restarted hub to lead", TIMEOUT, || async {
-            let (_, metrics) = http_get(fleet.hub_health_addr(), "/metrics").await.ok()?;
-            metrics
-                .lines()
-                .any(|l| l == "fleethub_hub_leader 1")
-                .then_some(())
-        })
-        .await
-        .unwrap();
+        common::start_hub(fleet).await;
         assert!(
             tokio::time::Instant::now() < deadline,
             "the run did not finish within {:?} ({kills} kills)",

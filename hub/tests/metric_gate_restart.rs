@@ -14,7 +14,7 @@ use common::{Scenario, TIMEOUT, simulate_members, succeeded};
 use fleethub_crds::UpdateRun;
 use fleethub_crds::conditions::is_true;
 use fleethub_crds::update_run::{METRIC_CHECK_PASSED, MetricCheckResult, UpdateRunStatus};
-use fleethub_testkit::{Fleet, TestGauge, http_get, poll_until, wait_for};
+use fleethub_testkit::{Fleet, TestGauge, poll_until, wait_for};
 use futures::StreamExt;
 use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -95,16 +95,7 @@ async fn kill_hub(fleet: &Fleet, runs: &Api<UpdateRun>, run: &str) -> Seen {
 }
 
 async fn start_hub(fleet: &Fleet) {
-    fleet.start_fleethub().unwrap();
-    poll_until("the restarted hub to lead", TIMEOUT, || async {
-        let (_, metrics) = http_get(fleet.hub_health_addr(), "/metrics").await.ok()?;
-        metrics
-            .lines()
-            .any(|l| l == "fleethub_hub_leader 1")
-            .then_some(())
-    })
-    .await
-    .unwrap();
+    common::start_hub(fleet).await;
 }
 
 #[tokio::test]

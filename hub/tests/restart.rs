@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{Scenario, TIMEOUT, clusters_in_order, simulate_members};
 use fleethub_crds::{ApprovalRequest, UpdateRun, Work, names};
-use fleethub_testkit::{Fleet, http_get, poll_until, wait_for};
+use fleethub_testkit::{Fleet, wait_for};
 use kube::Api;
 use serde_json::json;
 
@@ -75,18 +75,9 @@ async fn a_run_survives_repeated_hub_crashes() {
         }
         fleet.kill("hub").unwrap();
         kills += 1;
-        fleet.start_fleethub().unwrap();
         // The next crash comes 0.3–1 s after the new hub leads (it takes its own lease back at
         // once), so every life has a chance to move the run, however loaded the machine.
-        poll_until("the restarted hub to lead", TIMEOUT, || async {
-            let (_, metrics) = http_get(fleet.hub_health_addr(), "/metrics").await.ok()?;
-            metrics
-                .lines()
-                .any(|l| l == "fleethub_hub_leader 1")
-                .then_some(())
-        })
-        .await
-        .unwrap();
+        common::start_hub(fleet).await;
         assert!(
             tokio::time::Instant::now() < deadline,
             "the run did not finish within {:?} ({kills} kills)",

@@ -299,6 +299,23 @@ pub fn simulate_members(
     (updates, task)
 }
 
+/// Starts the fleet's hub (after a kill) and waits until it leads (it takes its own lease back
+/// at once).
+pub async fn start_hub(fleet: &Fleet) {
+    fleet.start_fleethub().unwrap();
+    fleethub_testkit::poll_until("the restarted hub to lead", TIMEOUT, || async {
+        let (_, metrics) = fleethub_testkit::http_get(fleet.hub_health_addr(), "/metrics")
+            .await
+            .ok()?;
+        metrics
+            .lines()
+            .any(|l| l == "fleethub_hub_leader 1")
+            .then_some(())
+    })
+    .await
+    .unwrap();
+}
+
 /// Approves ApprovalRequest `name` as the dashboard does: condition `Approved=True` on its status.
 pub async fn approve(
     api: &Api<ApprovalRequest>,
