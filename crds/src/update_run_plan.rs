@@ -68,9 +68,13 @@ impl UpdateRunPlanSpec {
     ///
     /// [`ClusterList::InPlan`]: crate::update_run::ClusterList::InPlan
     pub fn of(status: &crate::update_run::UpdateRunStatus) -> Self {
-        let stages: Vec<PlannedStage> = status
+        let planned: Vec<_> = status
             .stages()
             .filter(|s| s.cluster_list == crate::update_run::ClusterList::InPlan)
+            .collect();
+        let clusters: usize = planned.iter().map(|s| s.clusters.len()).sum();
+        let stages: Vec<PlannedStage> = planned
+            .into_iter()
             .map(|s| PlannedStage {
                 stage_name: s.stage_name.clone(),
                 cluster_name_list: s
@@ -81,15 +85,6 @@ impl UpdateRunPlanSpec {
                     .join(","),
             })
             .collect();
-        let clusters = stages
-            .iter()
-            .map(|s| {
-                s.cluster_name_list
-                    .split(',')
-                    .filter(|n| !n.is_empty())
-                    .count()
-            })
-            .sum::<usize>();
         UpdateRunPlanSpec {
             stage_count: stages.len() as i32,
             cluster_count: clusters as i32,
@@ -120,13 +115,6 @@ pub enum PlanError {
     },
 }
 
-impl PlanError {
-    /// Whether the plan is lost for good (not a failure to read it).
-    pub fn is_lost(&self) -> bool {
-        matches!(self, PlanError::Lost { .. })
-    }
-}
-
 /// Whether `plan` is the one `reference` names.
 pub fn check(plan: Option<&UpdateRunPlan>, reference: &PlanRef) -> Result<(), PlanError> {
     let lost = |why: &str| PlanError::Lost {
@@ -145,6 +133,17 @@ pub fn check(plan: Option<&UpdateRunPlan>, reference: &PlanRef) -> Result<(), Pl
 /// Whether `run` has stages whose clusters are in its UpdateRunPlan, not read yet.
 pub fn needs_plan(run: &UpdateRun) -> bool {
     run.status.as_ref().is_some_and(|s| s.plan_unread())
+}
+
+/// The UpdateRunPlan to read from the API server for `run`: None when the run needs none, or
+/// when `known` (a plan read earlier; plans never change) is the one its `status.planRef` names.
+pub fn plan_to_read<'a>(run: &'a UpdateRun, known: Option<&UpdateRunPlan>) -> Option<&'a str> {
+    if !needs_plan(run) {
+        return None;
+    }
+    let reference = run.status.as_ref()?.plan_ref.as_ref()?;
+    let known_uid = known.and_then(|p| p.metadata.uid.as_deref());
+    (known_uid != Some(reference.uid.as_str())).then_some(reference.name.as_str())
 }
 
 /// Reads into `run` the clusters of the stages kept in `plan` (its UpdateRunPlan as read from
@@ -175,19 +174,19 @@ pub fn read_into(run: &mut UpdateRun, plan: Option<&UpdateRunPlan>) -> Result<()
 /// `run` with the clusters of every stage, reading its UpdateRunPlan when a stage's are there
 /// (one GET). A run without one is returned as it is.
 pub async fn read_run(client: &Client, mut run: UpdateRun) -> Result<UpdateRun, PlanError> {
-    if !needs_plan(&run) {
-        return Ok(run);
-    }
-    let name = run
-        .status
-        .as_ref()
-        .and_then(|s| s.plan_ref.as_ref())
-        .map_or_else(|| run.name_any(), |r| r.name.clone());
-    let plans: kube::Api<UpdateRunPlan> = kube::Api::all(client.clone());
-    let plan = plans
-        .get_opt(&name)
-        .await
-        .map_err(|source| PlanError::Read { name, source })?;
+    let plan = match plan_to_read(&run, None) {
+        Some(name) => {
+            let plans: kube::Api<UpdateRunPlan> = kube::Api::all(client.clone());
+            plans
+                .get_opt(name)
+                .await
+                .map_err(|source| PlanError::Read {
+                    name: name.to_string(),
+                    source,
+                })?
+        }
+        None => None,
+    };
     read_into(&mut run, plan.as_ref())?;
     Ok(run)
 }
@@ -256,6 +255,36 @@ mod tests {
     }
 
     #[test]
+    fn a_plan_is_read_again_only_when_the_one_known_is_not_the_runs() {
+        let mut stored = UpdateRunStatus {
+            stages_status: vec![stage("edge", 150, ClusterList::InPlan)],
+            plan_ref: Some(PlanRef {
+                name: "r".into(),
+                uid: "u1".into(),
+            }),
+            ..Default::default()
+        };
+        let mut run = UpdateRun::new("r", Default::default());
+        run.status = Some(stored.clone());
+        assert_eq!(plan_to_read(&run, None), None, "its clusters are read");
+        run.status = Some(serde_json::from_value(serde_json::to_value(&stored).unwrap()).unwrap());
+        let mut known = UpdateRunPlan::new("r", UpdateRunPlanSpec::of(&stored));
+        assert_eq!(plan_to_read(&run, None), Some("r"));
+        known.metadata.uid = Some("u0".into());
+        assert_eq!(plan_to_read(&run, Some(&known)), Some("r"), "another plan");
+        known.metadata.uid = Some("u1".into());
+        assert_eq!(plan_to_read(&run, Some(&known)), None);
+        stored.plan_ref = None;
+        run.status = Some(serde_json::from_value(serde_json::to_value(&stored).unwrap()).unwrap());
+        assert_eq!(
+            plan_to_read(&run, None),
+            None,
+            "no plan named: nothing to read"
+        );
+        assert!(read_into(&mut run, None).is_err());
+    }
+
+    #[test]
     fn a_plan_deleted_or_created_again_is_lost() {
         let reference = PlanRef {
             name: "r".into(),
@@ -265,7 +294,7 @@ mod tests {
         plan.metadata.uid = Some("u1".into());
         assert!(check(Some(&plan), &reference).is_ok());
         let gone = check(None, &reference).unwrap_err();
-        assert!(gone.is_lost());
+        assert!(matches!(gone, PlanError::Lost { .. }));
         assert_eq!(
             gone.to_string(),
             "UpdateRunPlan r, which holds the order of the run's clusters, does not exist (it was deleted)"

@@ -118,11 +118,7 @@ async fn a_deleted_placement_ends_its_run_and_its_bindings_stay_gone() {
         &s.run,
         "the run to end with PlacementDeleted",
         TIMEOUT,
-        |r: Option<&UpdateRun>| {
-            r.and_then(|r| r.status.as_ref())
-                .and_then(|s| find(&s.conditions, SUCCEEDED))
-                .is_some()
-        },
+        common::ended,
     )
     .await
     .unwrap();

@@ -187,11 +187,7 @@ async fn a_large_stage_keeps_its_order_in_a_plan_across_hub_crashes() {
         &second,
         "the second run to fail",
         TIMEOUT,
-        |r: Option<&UpdateRun>| {
-            r.and_then(|r| r.status.as_ref())
-                .and_then(|s| find(&s.conditions, SUCCEEDED))
-                .is_some()
-        },
+        common::ended,
     )
     .await
     .unwrap();

@@ -448,18 +448,7 @@ async fn a_run_keeps_the_overrides_it_started_with_and_a_failing_rule_fails_its_
 async fn kill_hub_while<F: std::future::Future<Output = ()>>(fleet: &Fleet, meanwhile: F) {
     fleet.kill("hub").unwrap();
     meanwhile.await;
-    fleet.start_fleethub().unwrap();
-    fleethub_testkit::poll_until("the restarted hub to lead", TIMEOUT, || async {
-        let (_, metrics) = fleethub_testkit::http_get(fleet.hub_health_addr(), "/metrics")
-            .await
-            .ok()?;
-        metrics
-            .lines()
-            .any(|l| l == "fleethub_hub_leader 1")
-            .then_some(())
-    })
-    .await
-    .unwrap();
+    common::start_hub(fleet).await;
 }
 
 #[tokio::test]

@@ -461,21 +461,14 @@ pub fn watch_runs(client: Client, timeline: Arc<Timeline>) -> JoinHandle<()> {
             let at = Instant::now();
             let name = run.name_any();
             let version = resource_version(&run);
-            if update_run_plan::needs_plan(&run) {
-                let uid = run
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.plan_ref.as_ref())
-                    .map(|r| r.uid.clone());
-                if plans.get(&name).and_then(|p| p.metadata.uid.clone()) != uid
-                    && let Ok(Some(plan)) = plans_api.get_opt(&name).await
-                {
-                    plans.insert(name.clone(), plan);
-                }
-                if let Err(e) = update_run_plan::read_into(&mut run, plans.get(&name)) {
-                    eprintln!("[bench] run {name}: {e}");
-                    continue;
-                }
+            if let Some(plan) = update_run_plan::plan_to_read(&run, plans.get(&name))
+                && let Ok(Some(plan)) = plans_api.get_opt(plan).await
+            {
+                plans.insert(name.clone(), plan);
+            }
+            if let Err(e) = update_run_plan::read_into(&mut run, plans.get(&name)) {
+                eprintln!("[bench] run {name}: {e}");
+                continue;
             }
             let Some(status) = run.status.as_ref() else {
                 continue;

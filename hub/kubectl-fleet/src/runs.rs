@@ -48,17 +48,11 @@ async fn with_plan(
     plan: &mut Option<UpdateRunPlan>,
     mut run: UpdateRun,
 ) -> Result<UpdateRun> {
-    if !update_run_plan::needs_plan(&run) {
-        return Ok(run);
-    }
-    let reference = run.status.as_ref().and_then(|s| s.plan_ref.clone());
-    if let Some(r) = &reference
-        && plan.as_ref().and_then(|p| p.metadata.uid.as_ref()) != Some(&r.uid)
-    {
+    if let Some(name) = update_run_plan::plan_to_read(&run, plan.as_ref()) {
         *plan = Api::<UpdateRunPlan>::all(client.clone())
-            .get_opt(&r.name)
+            .get_opt(name)
             .await
-            .map_err(Error::api(format!("reading UpdateRunPlan {}", r.name)))?;
+            .map_err(Error::api(format!("reading UpdateRunPlan {name}")))?;
     }
     // Lost: shown with its counts.
     let _ = update_run_plan::read_into(&mut run, plan.as_ref());

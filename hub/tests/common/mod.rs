@@ -332,6 +332,12 @@ pub fn succeeded(run: Option<&UpdateRun>) -> bool {
         .is_some_and(|s| fleethub_crds::conditions::is_true(&s.conditions, "Succeeded"))
 }
 
+/// Whether the run has ended, succeeded or not (a `wait_for` condition).
+pub fn ended(run: Option<&UpdateRun>) -> bool {
+    run.and_then(|r| r.status.as_ref())
+        .is_some_and(|s| find(&s.conditions, "Succeeded").is_some())
+}
+
 pub fn clusters_in_order(updates: &Updates) -> Vec<String> {
     updates
         .lock()

@@ -18,11 +18,15 @@ pub(super) struct Lookups {
     override_snapshots: OverrideSnapshots,
 }
 
-pub(super) async fn look_up(ctx: &Context, run: &UpdateRun) -> Result<Lookups, Error> {
-    let initialized = run
-        .status
+/// Whether `run` froze its plan (`Initialized=True`).
+fn initialized(run: &UpdateRun) -> bool {
+    run.status
         .as_ref()
-        .is_some_and(|s| is_true(&s.conditions, fleethub_crds::update_run::INITIALIZED));
+        .is_some_and(|s| is_true(&s.conditions, INITIALIZED))
+}
+
+pub(super) async fn look_up(ctx: &Context, run: &UpdateRun) -> Result<Lookups, Error> {
+    let initialized = initialized(run);
     let placement_name = &run.spec.placement_name;
     let placements: Api<Placement> = Api::all(ctx.client.clone());
     if initialized {
@@ -137,18 +141,18 @@ pub(super) fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookup
     // After initialization the planner reads the Works and the members' health only of the
     // clusters it has not finished with, and no labels: at 10,000 clusters, views of every Work
     // and copies of every member's labels were most of each reconcile's CPU.
-    let initialized = run
-        .status
-        .as_ref()
-        .is_some_and(|s| is_true(&s.conditions, fleethub_crds::update_run::INITIALIZED));
+    let initialized = initialized(run);
     let open = initialized.then(|| unfinished_clusters(run));
     let open_or_all = |cluster: &str| open.as_ref().is_none_or(|open| open.contains(cluster));
     // Only the members the run concerns, looked up by name: a reconcile copied every member's
     // labels, and at 10,000 members with 100 runs reconciling at once those copies held over a
     // GiB.
-    let members: Vec<_> = concerned_clusters(run, &bindings)
+    let concerned = match &open {
+        Some(open) => open.clone(),
+        None => concerned_clusters(run, &bindings),
+    };
+    let members: Vec<_> = concerned
         .into_iter()
-        .filter(|c| open_or_all(c))
         .filter_map(|c| ctx.members.get(&ObjectRef::new(c)))
         .collect();
     Observed {

@@ -32,20 +32,17 @@ impl Plans {
         if !update_run_plan::needs_plan(&run) {
             return Ok(WithPlan::Read(run));
         }
-        let reference = run.status.as_ref().and_then(|s| s.plan_ref.clone());
-        let plan = match &reference {
-            None => None,
-            Some(r) => match self.known(&run.name_any(), &r.uid) {
-                Some(plan) => Some(plan),
-                None => {
-                    let api: Api<UpdateRunPlan> = Api::all(client.clone());
-                    let plan = api.get_opt(&r.name).await?.map(Arc::new);
-                    if let Some(plan) = plan.as_ref().filter(|p| p.uid().as_ref() == Some(&r.uid)) {
-                        self.keep(&run.name_any(), plan.clone());
-                    }
-                    plan
+        let known = self.known(&run.name_any());
+        let plan = match update_run_plan::plan_to_read(&run, known.as_deref()) {
+            Some(name) => {
+                let api: Api<UpdateRunPlan> = Api::all(client.clone());
+                let plan = api.get_opt(name).await?.map(Arc::new);
+                if let Some(plan) = &plan {
+                    self.keep(&run.name_any(), plan.clone());
                 }
-            },
+                plan
+            }
+            None => known,
         };
         let mut read = UpdateRun::clone(&run);
         Ok(
@@ -105,22 +102,26 @@ impl Plans {
         Ok(PlanRef { name, uid })
     }
 
-    fn known(&self, run: &str, uid: &str) -> Option<Arc<UpdateRunPlan>> {
-        let plans = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        plans
-            .get(run)
-            .filter(|p| p.uid().as_deref() == Some(uid))
-            .cloned()
+    fn known(&self, run: &str) -> Option<Arc<UpdateRunPlan>> {
+        self.lock().get(run).cloned()
     }
 
     fn keep(&self, run: &str, plan: Arc<UpdateRunPlan>) {
-        let mut plans = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        plans.insert(run.to_string(), plan);
+        self.lock().insert(run.to_string(), plan);
+    }
+
+    /// Forgets the plan of `run` (it was deleted).
+    fn forget(&self, run: &str) {
+        self.lock().remove(run);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<UpdateRunPlan>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Forgets the plans of runs for which `exists` is false.
     pub(super) fn retain(&self, exists: impl Fn(&str) -> bool) {
-        let mut plans = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut plans = self.lock();
         if !plans.is_empty() {
             plans.retain(|run, _| exists(run));
         }
@@ -143,8 +144,7 @@ pub(super) fn deletions(
             let run = match event {
                 Ok(watcher::Event::Delete(plan)) => {
                     let name = plan.name_any();
-                    let mut plans = ctx.plans.0.lock().unwrap_or_else(|e| e.into_inner());
-                    plans.remove(&name);
+                    ctx.plans.forget(&name);
                     Some(ObjectRef::new(&name))
                 }
                 _ => None,
