@@ -3,8 +3,11 @@
 //! ServiceAccount (not as admin), and it leads, provisions members (including the agent RBAC,
 //! which the API server lets it grant only because it holds those rights itself), snapshots a
 //! namespace, and takes a staged run through a soak, a metric check with credentials from a
-//! Secret in its namespace, and an approval to success, without a single Forbidden in its log. The fleet's own hub is stopped meanwhile (it would do the work)
-//! and started again afterwards, also when the test fails.
+//! Secret in its namespace, and an approval to success, without a single Forbidden in its log.
+//! The run's last stage is over 100 clusters, so the hub writes the run's UpdateRunPlan, and the
+//! hub is killed while the run waits for its approval: the one started after it reads that plan
+//! back. The fleet's own hub is stopped meanwhile (it would do the work) and started again
+//! afterwards, also when the test fails.
 
 mod common;
 mod hub_process;
@@ -12,8 +15,11 @@ mod hub_process;
 use std::process::{Command, Stdio};
 
 use common::{Scenario, TIMEOUT, simulate_members};
+use fleethub_crds::stored_stage::DETAILED_STAGE_CLUSTERS;
+use fleethub_crds::update_run_plan::UpdateRunPlan;
 use fleethub_crds::{ApprovalRequest, UpdateRun};
 use fleethub_testkit::{Cleanup, Fleet, poll_until, repo_root, unique_name, wait_for};
+use futures::StreamExt;
 use hub_process::HubProcess;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
@@ -152,6 +158,26 @@ fn service_account_kubeconfig(fleet: &Fleet) -> std::path::PathBuf {
     path
 }
 
+/// A hub process with the ServiceAccount's token, once it leads.
+async fn start_hub(kubeconfig: &std::path::Path, lease: &str) -> HubProcess {
+    let hub = HubProcess::start(
+        kubeconfig,
+        "least-privilege-test-hub",
+        &[
+            "--leader-election-namespace",
+            NAMESPACE,
+            "--leader-election-lease",
+            lease,
+        ],
+    );
+    poll_until("the ServiceAccount hub to lead", TIMEOUT, || async {
+        (hub.metric("fleethub_hub_leader").await == Some(1.0)).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}; log:\n{}", hub.log()));
+    hub
+}
+
 #[tokio::test]
 async fn the_hub_works_with_the_rbac_of_its_manifests() {
     let fleet = Fleet::get().unwrap();
@@ -172,28 +198,25 @@ async fn the_hub_works_with_the_rbac_of_its_manifests() {
     fleet.kill("hub").unwrap();
     let lease = unique_name("least-privilege");
     cleanup.track::<Lease>("hub", Some(NAMESPACE), &lease);
-    let hub = HubProcess::start(
-        &kubeconfig,
-        "least-privilege-test-hub",
-        &[
-            "--leader-election-namespace",
-            NAMESPACE,
-            "--leader-election-lease",
-            &lease,
-        ],
-    );
-    poll_until("the ServiceAccount hub to lead", TIMEOUT, || async {
-        (hub.metric("fleethub_hub_leader").await == Some(1.0)).then_some(())
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}; log:\n{}", hub.log()));
+    let mut hub = start_hub(&kubeconfig, &lease).await;
 
     // Members: namespace, ServiceAccount, Role/RoleBinding and the member's own ClusterRole and
     // binding, all provisioned by the ServiceAccount hub.
     let s = Scenario::new(fleet, "lp").await;
     let stg = s.member("stg", json!({"env": s.env("staging")})).await;
     let prod = s.member("prod", json!({"env": s.env("production")})).await;
-    for m in [&stg, &prod] {
+    let edge: Vec<String> = futures::stream::iter(0..=DETAILED_STAGE_CLUSTERS)
+        .map(|i| {
+            let s = &s;
+            async move {
+                s.member(&format!("edge{i:03}"), json!({"env": s.env("edge")}))
+                    .await
+            }
+        })
+        .buffered(10)
+        .collect()
+        .await;
+    for m in [&stg, &prod, &edge[0]] {
         wait_for(
             &Api::<ClusterRoleBinding>::all(s.hub.clone()),
             &fleethub_hub::membership::cluster_role_name(m),
@@ -205,9 +228,11 @@ async fn the_hub_works_with_the_rbac_of_its_manifests() {
         .unwrap_or_else(|e| panic!("{e}; log:\n{}", hub.log()));
     }
 
-    // A namespace snapshot (the hub lists every kind in it), bindings, a two-stage run with a
-    // soak, a metric check with credentials from a Secret, and an approval.
-    s.placement(&[&stg, &prod], false).await;
+    // A namespace snapshot (the hub lists every kind in it), bindings, a three-stage run with a
+    // soak, a metric check with credentials from a Secret, an approval, and a stage large
+    // enough for an UpdateRunPlan.
+    let selected: Vec<&String> = [&stg, &prod].into_iter().chain(&edge).collect();
+    s.placement(&selected, false).await;
     let secret = format!("prometheus-{}", s.id);
     s.hub_secret(&secret, &[("token", "not-checked-by-the-fleet-prometheus")])
         .await;
@@ -217,8 +242,11 @@ async fn the_hub_works_with_the_rbac_of_its_manifests() {
             {"type": "MetricCheck", "metricCheck": {"url": fleet.prometheus_url().unwrap(),
              "query": "vector(1)", "interval": "1s", "secretRef": {"name": secret}}}]},
         {"name": "production", "labelSelector": {"matchLabels": {"env": s.env("production")}},
-         "afterStageTasks": [{"type": "Approval"}]}]))
+         "afterStageTasks": [{"type": "Approval"}]},
+        {"name": "edge", "labelSelector": {"matchLabels": {"env": s.env("edge")}},
+         "maxConcurrency": "50%"}]))
         .await;
+    s.cleanup.track::<UpdateRunPlan>("hub", None, &s.run);
     let (_updates, members_task) = simulate_members(s.hub.clone(), s.placement.clone(), 0);
     s.start_run(0).await;
     let approvals: Api<ApprovalRequest> = Api::all(s.hub.clone());
@@ -232,6 +260,19 @@ async fn the_hub_works_with_the_rbac_of_its_manifests() {
     )
     .await
     .unwrap_or_else(|e| panic!("{e}; log:\n{}", hub.log()));
+    let plan = Api::<UpdateRunPlan>::all(s.hub.clone())
+        .get_opt(&s.run)
+        .await
+        .unwrap();
+    assert!(
+        plan.is_some_and(|p| p.spec.stages.iter().any(|st| st.stage_name == "edge")),
+        "the hub wrote the run's UpdateRunPlan with the edge stage; log:\n{}",
+        hub.log()
+    );
+    // A new hub process must read the plan back to go on with the edge stage.
+    hub.sigkill();
+    let mut log = hub.log();
+    let hub = start_hub(&kubeconfig, &lease).await;
     common::approve(&approvals, &gate).await.unwrap();
     wait_for(
         &Api::<UpdateRun>::all(s.hub.clone()),
@@ -244,7 +285,7 @@ async fn the_hub_works_with_the_rbac_of_its_manifests() {
     .unwrap_or_else(|e| panic!("{e}; log:\n{}", hub.log()));
     members_task.abort();
 
-    let log = hub.log();
+    log.push_str(&hub.log());
     let lower = log.to_lowercase();
     assert!(
         !lower.contains("forbidden") && !lower.contains(" 403"),
