@@ -43,8 +43,11 @@ use crate::update_run::{
 
 /// Stages of more clusters than this are stored compact.
 pub const DETAILED_STAGE_CLUSTERS: usize = 100;
-/// In a compact stage, how many updating clusters keep their progress text.
-pub const PROGRESS_KEPT: usize = 100;
+/// In a compact stage, how many updating clusters keep their progress text: the first in update
+/// order, so the longest in flight. Each kept item costs the API server about 0.1 ms on every
+/// status write (100 of them were half of a 10,000-cluster run's status write: 17–21 against
+/// 9–11 ms with 20, on a quiet hub API server); the others' progress is their Work's conditions.
+pub const PROGRESS_KEPT: usize = 10;
 
 /// A stage's clusters counted by state.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
