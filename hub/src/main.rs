@@ -76,6 +76,12 @@ struct Args {
         value_delimiter = ','
     )]
     insecure_registries: Vec<String>,
+    /// Cluster updates written at once: Bindings a run binds together, and Bindings whose Works
+    /// are written together. Lower keeps the hub API server responsive during large runs
+    /// (members' reports, approvals, the dashboard); higher starts a large stage's clusters
+    /// sooner on a hub API server with cores to spare.
+    #[arg(long, env = "FLEETHUB_CONCURRENT_CLUSTER_UPDATES", default_value_t = fleethub_hub::CONCURRENT_CLUSTER_UPDATES, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    concurrent_cluster_updates: u16,
     #[command(flatten)]
     leader_election: LeaderElectionArgs,
     #[command(flatten)]
@@ -128,6 +134,7 @@ async fn main() -> anyhow::Result<()> {
                     heartbeat_stale_multiple: args.heartbeat_stale_multiple,
                     namespace: &args.namespace,
                     insecure_registries: &args.insecure_registries,
+                    concurrent_cluster_updates: args.concurrent_cluster_updates,
                 },
                 metrics.clone(),
                 stop,
@@ -162,6 +169,7 @@ struct Settings<'a> {
     heartbeat_stale_multiple: u32,
     namespace: &'a str,
     insecure_registries: &'a [String],
+    concurrent_cluster_updates: u16,
 }
 
 /// Runs every controller until `stop` is cancelled.
@@ -176,6 +184,7 @@ async fn run_controllers(
         heartbeat_stale_multiple,
         namespace,
         insecure_registries,
+        concurrent_cluster_updates,
     } = settings;
     // Each controller on a task of its own, so they use every core and none of them (nor the
     // lease renewal, polled beside this future) waits while another works: joined in one task,
@@ -206,6 +215,7 @@ async fn run_controllers(
             clock.clone(),
             metrics.clone(),
             caches.subscribe_all(),
+            concurrent_cluster_updates,
             stop.clone(),
         )),
         tokio::spawn(autoupdate::controller::run(
@@ -226,6 +236,7 @@ async fn run_controllers(
             clock,
             metrics,
             caches.subscribe_all(),
+            concurrent_cluster_updates,
             stop.clone(),
         )),
     ]);

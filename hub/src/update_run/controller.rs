@@ -57,13 +57,6 @@ use fleethub_runtime::last_written::LastWritten;
 use fleethub_runtime::prometheus::{Auth, Prometheus};
 use fleethub_runtime::retry::{ERROR_BACKOFF, FailureBackoff};
 
-/// Binding writes of one plan in flight at once (a stage starting many clusters together). At
-/// 16, in rounds, a 1,000-cluster run spent most of each reconcile binding (0.6–1.5 s), and a
-/// member's report waited for it to be recorded; the writes now run after the status, in the
-/// background, and more of them at once only crowd the hub API server (measured with the work
-/// generator's [`crate::work_generator`] concurrency, whose reasoning is the same).
-const BIND_CONCURRENCY: usize = 32;
-
 /// What the reconciler shares.
 pub struct Context {
     client: Client,
@@ -105,6 +98,11 @@ pub struct Context {
     asked: asked::Asked,
     /// The runs' UpdateRunPlans this process read or wrote ([`plans`]).
     plans: plans::Plans,
+    /// Binding writes of one plan in flight at once (a stage starting many clusters together;
+    /// [`crate::CONCURRENT_CLUSTER_UPDATES`]). They run after the status, in the background: in
+    /// rounds before it, a 1,000-cluster run spent most of each reconcile binding (0.6–1.5 s)
+    /// while a member's report waited to be recorded.
+    bind_concurrency: usize,
 }
 
 impl Context {
@@ -161,6 +159,7 @@ pub async fn run(
     clock: Arc<dyn Clock>,
     metrics: Metrics,
     shared: Shared,
+    concurrency: u16,
     shutdown: CancellationToken,
 ) {
     let prometheus = match Prometheus::new() {
@@ -267,6 +266,7 @@ pub async fn run(
         pace: pace::Pace::default(),
         asked: asked::Asked::default(),
         plans: plans::Plans::default(),
+        bind_concurrency: usize::from(concurrency),
     });
     let after_each = ctx.clone();
     let stopped = ctx.clone();

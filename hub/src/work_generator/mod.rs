@@ -70,14 +70,6 @@ struct Context {
     first_reports: FirstReports,
 }
 
-/// Bindings reconciled at once. Unbounded, a stage starting 250 clusters had about as many
-/// reconciles writing at once, and on a busy hub API server every request shares its CPU: a
-/// member's report then waited behind the next clusters' Works. At 32, a 1,000-cluster run on
-/// two cores took as long (21.5–22.7 s against 20.4–23.3 s, three passes each) and noticed a
-/// member's report sooner (available → done p99 897–973 ms against 1,091–1,475 ms); at 16 the
-/// run took 27 s.
-const CONCURRENCY: u16 = 32;
-
 fn work_key(work: &Work) -> String {
     format!(
         "{}/{}",
@@ -87,11 +79,17 @@ fn work_key(work: &Work) -> String {
 }
 
 /// Runs the controller until `shutdown`.
+///
+/// `concurrency`: Bindings reconciled at once ([`crate::CONCURRENT_CLUSTER_UPDATES`]).
+/// Unbounded, a stage starting 250 clusters had about as many reconciles writing at once, and
+/// on a busy hub API server every request shares its CPU: a member's report then waited behind
+/// the next clusters' Works.
 pub async fn run(
     client: Client,
     clock: Arc<dyn Clock>,
     metrics: Metrics,
     shared: Shared,
+    concurrency: u16,
     shutdown: CancellationToken,
 ) {
     let Shared {
@@ -138,7 +136,7 @@ pub async fn run(
     let (b1, b2, b3) = (bindings.clone(), bindings.clone(), bindings.clone());
     let bindings_left = bindings.clone();
     controller
-        .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY))
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         // A Work's change concerns its Binding. Not `owns_stream`: kube names the owner of a
         // namespaced object within that object's namespace, and a cluster-scoped Binding
         // named so is another key to the scheduler than its own: both reconciled at once,

@@ -22,7 +22,7 @@ pub(super) async fn act(ctx: &Context, run: &UpdateRun, actions: &[Action]) -> R
         // Each write starts as soon as one in flight ends (no rounds waiting for the slowest).
         let writes: Vec<_> = binds.into_iter().map(|a| perform(ctx, run, a)).collect();
         futures::stream::iter(writes)
-            .buffer_unordered(BIND_CONCURRENCY)
+            .buffer_unordered(ctx.bind_concurrency)
             .try_collect::<Vec<()>>()
             .await?;
     }
