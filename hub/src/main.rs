@@ -154,7 +154,8 @@ async fn main() -> anyhow::Result<()> {
             metrics.leader.set(1);
             metrics.zero_fleet_state();
             let stop = shutdown.child_token();
-            stop_within(SHUTDOWN_GRACE, controllers(stop.clone()), &shutdown).await;
+            fleethub_runtime::stop_within(SHUTDOWN_GRACE, controllers(stop.clone()), &shutdown)
+                .await;
         }
     }
 
@@ -265,26 +266,6 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Runs `controllers` until `cancel` fires, then lets in-flight reconciles finish within `grace`
-/// but does not hang: a controller whose caches have not synced yet does not notice the stop
-/// (kube-runtime holds it until its store is ready); dropping it cancels its reconciles, and
-/// everything is in the API server, so nothing is lost.
-async fn stop_within(
-    grace: std::time::Duration,
-    controllers: impl std::future::Future<Output = ()>,
-    cancel: &CancellationToken,
-) {
-    tokio::pin!(controllers);
-    tokio::select! {
-        _ = &mut controllers => {}
-        _ = cancel.cancelled() => {
-            if tokio::time::timeout(grace, &mut controllers).await.is_err() {
-                tracing::warn!(?grace, "controllers did not stop in time; dropping them");
-            }
-        }
-    }
-}
-
 /// Leader election: stands by until this process holds the lease, runs the controllers while it
 /// does, stops them at once when it loses the lease (and stands by again), and releases the lease
 /// on shutdown so a standby takes over without waiting for it to expire.
@@ -312,12 +293,12 @@ async fn lead_while_elected<F, Fut>(
                 // Stop before anyone else may take over: the renew deadline is shorter than the
                 // lease duration by more than this grace.
                 stop.cancel();
-                stop_within(LOST_LEASE_GRACE, &mut term, &stop).await;
+                fleethub_runtime::stop_within(LOST_LEASE_GRACE, &mut term, &stop).await;
                 tracing::warn!(reason = %lost, "stopped reconciling; standing by to lead again");
             }
             _ = shutdown.cancelled() => {
                 stop.cancel();
-                stop_within(SHUTDOWN_GRACE, &mut term, &stop).await;
+                fleethub_runtime::stop_within(SHUTDOWN_GRACE, &mut term, &stop).await;
                 elector.release().await;
             }
         }

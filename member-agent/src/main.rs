@@ -14,6 +14,10 @@ use fleethub_runtime::process::{ProcessArgs, register_build_info};
 use fleethub_runtime::{Health, kubeconfig};
 use prometheus_client::registry::Registry;
 
+/// How long the agent may take to finish in-flight work after SIGTERM (a Pod's default grace
+/// period is 30 s; the kubelet kills it after that anyway).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
 /// The fleethub member agent.
 #[derive(Parser, Debug)]
 #[command(version, about)]
@@ -93,7 +97,7 @@ async fn main() -> anyhow::Result<()> {
         metrics,
         clock: Arc::new(clock::SystemClock),
     };
-    agent.run(shutdown.clone()).await;
+    fleethub_runtime::stop_within(SHUTDOWN_GRACE, agent.run(shutdown.clone()), &shutdown).await;
     // The agent returns on shutdown; make sure the server stops too.
     shutdown.cancel();
     server.await.context("health server task")??;

@@ -15,7 +15,7 @@ pub mod shared;
 pub mod shutdown;
 
 pub use health::{Health, serve};
-pub use shutdown::shutdown_on_signal;
+pub use shutdown::{shutdown_on_signal, stop_within};
 
 /// Errors of the process plumbing.
 #[derive(Debug, thiserror::Error)]

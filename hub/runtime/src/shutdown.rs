@@ -14,6 +14,27 @@ pub fn shutdown_on_signal() -> CancellationToken {
     token
 }
 
+/// Runs `work` until it ends; once `cancel` is cancelled, lets it finish within `grace`, then
+/// drops it with a warning. A controller whose caches have not synced yet does not notice a
+/// stop (kube-runtime holds it until its store is ready), and a request stuck on an unresponsive
+/// API server waits for its read timeout: neither may keep a stopping process alive. Dropping
+/// cancels the reconciles in flight; everything is in the API servers, so nothing is lost.
+pub async fn stop_within(
+    grace: std::time::Duration,
+    work: impl std::future::Future<Output = ()>,
+    cancel: &CancellationToken,
+) {
+    tokio::pin!(work);
+    tokio::select! {
+        _ = &mut work => {}
+        _ = cancel.cancelled() => {
+            if tokio::time::timeout(grace, &mut work).await.is_err() {
+                tracing::warn!(?grace, "did not stop in time; dropping what was still running");
+            }
+        }
+    }
+}
+
 #[cfg(unix)]
 async fn wait_for_signal() -> &'static str {
     use tokio::signal::unix::{SignalKind, signal};
