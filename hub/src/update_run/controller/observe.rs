@@ -147,14 +147,14 @@ pub(super) fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookup
     // Only the members the run concerns, looked up by name: a reconcile copied every member's
     // labels, and at 10,000 members with 100 runs reconciling at once those copies held over a
     // GiB.
-    let concerned = match &open {
-        Some(open) => open.clone(),
-        None => concerned_clusters(run, &bindings),
+    let member = |c: &str| ctx.members.get(&ObjectRef::new(c));
+    let members: Vec<_> = match &open {
+        Some(open) => open.iter().filter_map(|c| member(c)).collect(),
+        None => concerned_clusters(run, &bindings)
+            .into_iter()
+            .filter_map(member)
+            .collect(),
     };
-    let members: Vec<_> = concerned
-        .into_iter()
-        .filter_map(|c| ctx.members.get(&ObjectRef::new(c)))
-        .collect();
     Observed {
         run,
         override_snapshots: lookups.override_snapshots.clone(),
