@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fleethub_testkit::{Cleanup, Fleet, http_get, unique_name, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::json;
@@ -96,16 +96,18 @@ async fn pods_of_an_unready_image_stay_unready_on_every_member_until_cleared() {
     let unready = fleet.simulate_unready(&bad).unwrap();
 
     let mut apis = Vec::new();
+    let mut pods = Vec::new();
     for i in 1..=fleet.member_count() {
         let member = fleet.member(i).await.unwrap();
         let ns = namespace(&member, &cleanup, &format!("member-{i}")).await;
-        let api: Api<Deployment> = Api::namespaced(member, &ns);
+        let api: Api<Deployment> = Api::namespaced(member.clone(), &ns);
         for (name, image) in [("bad", &bad), ("good", &good)] {
             api.create(&PostParams::default(), &deployment(name, image))
                 .await
                 .unwrap();
         }
         apis.push(api);
+        pods.push(Api::<Pod>::namespaced(member, &ns));
     }
     for api in &apis {
         wait_for(
@@ -134,15 +136,62 @@ async fn pods_of_an_unready_image_stay_unready_on_every_member_until_cleared() {
     }
 
     drop(unready);
-    for api in &apis {
-        wait_for(
+    for (i, (api, pods)) in apis.iter().zip(&pods).enumerate() {
+        let cleared = wait_for(
             api,
             "bad",
             "bad to be ready once cleared",
             TIMEOUT,
             |d: Option<&Deployment>| d.is_some_and(|d| ready(d) == 2),
         )
-        .await
-        .unwrap();
+        .await;
+        if let Err(e) = cleared {
+            // What kwok did is the question then: the pods' states and its log say.
+            let member = i + 1;
+            panic!(
+                "member-{member}: {e}\npods: {}\nmember-{member}-kwok log, last lines:\n{}",
+                pod_states(pods).await,
+                log_tail(fleet, &format!("member-{member}-kwok"), 20)
+            );
+        }
+    }
+}
+
+/// Each pod's node, phase and Ready condition, for a failure message.
+async fn pod_states(pods: &Api<Pod>) -> String {
+    let list = match pods.list(&Default::default()).await {
+        Ok(list) => list,
+        Err(e) => return format!("cannot list them: {e}"),
+    };
+    let state = |p: &Pod| {
+        let spec = p.spec.as_ref();
+        let status = p.status.as_ref();
+        let ready = status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .map(|c| format!("{} since {:?}", c.status, c.last_transition_time));
+        format!(
+            "{} on {}: {}, Ready {}",
+            p.metadata.name.as_deref().unwrap_or_default(),
+            spec.and_then(|s| s.node_name.as_deref())
+                .unwrap_or("no node"),
+            status
+                .and_then(|s| s.phase.as_deref())
+                .unwrap_or("no phase"),
+            ready.as_deref().unwrap_or("unset")
+        )
+    };
+    list.items.iter().map(state).collect::<Vec<_>>().join("; ")
+}
+
+/// The last `lines` lines of the fleet component `name`'s log.
+fn log_tail(fleet: &Fleet, name: &str, lines: usize) -> String {
+    let path = fleet.dir().join(format!("logs/{name}.log"));
+    match std::fs::read_to_string(&path) {
+        Ok(log) => {
+            let all: Vec<&str> = log.lines().collect();
+            all[all.len().saturating_sub(lines)..].join("\n")
+        }
+        Err(e) => format!("cannot read {}: {e}", path.display()),
     }
 }
