@@ -154,38 +154,37 @@ pub struct StoredStage {
     pub end_time: Option<Time>,
 }
 
-impl From<StageUpdatingStatus> for StoredStage {
-    fn from(stage: StageUpdatingStatus) -> Self {
-        let counts = match &stage.cluster_list {
-            ClusterList::Unread(unread) => unread.counts.clone(),
-            _ => ClusterCounts::of(&stage.clusters),
-        };
-        let (names, compact) = match stage.cluster_list {
+impl StoredStage {
+    /// The stored form of `stage`. Only what is stored is copied: a large stage's clusters are
+    /// read in place (at 10,000 clusters, copying them for every status write was a tenth of
+    /// the run's reconcile).
+    pub fn of(stage: &StageUpdatingStatus) -> Self {
+        let (names, compact) = match &stage.cluster_list {
             // Written back as it was read.
             ClusterList::Unread(unread) => (
                 Names::InPlan,
                 Compact {
                     names: Vec::new(),
-                    succeeded: unread.succeeded,
-                    updating: unread.updating,
-                    detail: unread.detail,
+                    succeeded: unread.succeeded.clone(),
+                    updating: unread.updating.clone(),
+                    detail: unread.detail.clone(),
                 },
             ),
-            ClusterList::InPlan => (Names::InPlan, compact(stage.clusters)),
+            ClusterList::InPlan => (Names::InPlan, compact(&stage.clusters, false)),
             ClusterList::InStatus if stage.clusters.len() > DETAILED_STAGE_CLUSTERS => {
-                (Names::InStatus, compact(stage.clusters))
+                (Names::InStatus, compact(&stage.clusters, true))
             }
             ClusterList::InStatus => (
                 Names::InStatus,
                 Compact {
-                    detail: stage.clusters,
+                    detail: stage.clusters.clone(),
                     ..Compact::default()
                 },
             ),
         };
         StoredStage {
-            stage_name: stage.stage_name,
-            cluster_counts: Some(counts),
+            stage_name: stage.stage_name.clone(),
+            cluster_counts: Some(stage.counts()),
             clusters_in_plan: names == Names::InPlan,
             cluster_name_list: match names {
                 Names::InPlan => String::new(),
@@ -195,13 +194,19 @@ impl From<StageUpdatingStatus> for StoredStage {
             succeeded_clusters: compact.succeeded,
             updating_clusters: compact.updating,
             clusters: compact.detail,
-            before_stage_task_status: stage.before_stage_task_status,
-            after_stage_task_status: stage.after_stage_task_status,
-            conditions: stage.conditions,
-            start_time: stage.start_time,
-            clusters_completed_time: stage.clusters_completed_time,
-            end_time: stage.end_time,
+            before_stage_task_status: stage.before_stage_task_status.clone(),
+            after_stage_task_status: stage.after_stage_task_status.clone(),
+            conditions: stage.conditions.clone(),
+            start_time: stage.start_time.clone(),
+            clusters_completed_time: stage.clusters_completed_time.clone(),
+            end_time: stage.end_time.clone(),
         }
+    }
+}
+
+impl From<StageUpdatingStatus> for StoredStage {
+    fn from(stage: StageUpdatingStatus) -> Self {
+        StoredStage::of(&stage)
     }
 }
 
@@ -304,15 +309,19 @@ struct Compact {
     detail: Vec<ClusterUpdatingStatus>,
 }
 
-fn compact(clusters: Vec<ClusterUpdatingStatus>) -> Compact {
-    let mut names = Vec::with_capacity(clusters.len());
+/// The compact form of a large stage's `clusters` (their `names` too, when `with_names`). Only
+/// the clusters kept in detail are copied.
+fn compact(clusters: &[ClusterUpdatingStatus], with_names: bool) -> Compact {
+    let mut names = Vec::new();
     let mut succeeded = Ranges::default();
     let mut updating = Ranges::default();
     let mut detail = Vec::new();
     let mut with_progress = 0;
-    for (i, mut c) in clusters.into_iter().enumerate() {
-        names.push(c.cluster_name.clone());
-        match phase(&c) {
+    for (i, c) in clusters.iter().enumerate() {
+        if with_names {
+            names.push(c.cluster_name.clone());
+        }
+        match phase(c) {
             ClusterPhase::Pending => {}
             // A cluster also passed over keeps its entry (the planner reads why).
             ClusterPhase::Succeeded if !is_true(&c.conditions, CLUSTER_SKIPPED) => {
@@ -320,32 +329,36 @@ fn compact(clusters: Vec<ClusterUpdatingStatus>) -> Compact {
             }
             ClusterPhase::Updating => {
                 // Its Started condition is rebuilt from its start time on reading.
-                if c.start_time.is_some()
-                    && let [only] = c.conditions.as_slice()
-                    && only.message == started_message(&c.cluster_name)
-                {
-                    c.conditions.clear();
-                }
-                if c.progress.is_some() {
+                let only_started = c.start_time.is_some()
+                    && matches!(c.conditions.as_slice(),
+                        [only] if is_started_message(&c.cluster_name, &only.message));
+                let keeps_progress = c.progress.is_some() && {
                     with_progress += 1;
-                    if with_progress > PROGRESS_KEPT {
-                        c.progress = None;
-                    }
-                }
+                    with_progress <= PROGRESS_KEPT
+                };
                 match &c.start_time {
                     // Nothing but its start time to keep.
                     Some(start)
-                        if c.conditions.is_empty()
-                            && c.progress.is_none()
+                        if (c.conditions.is_empty() || only_started)
+                            && !keeps_progress
                             && c.end_time.is_none() =>
                     {
                         updating.push(i, format_time(start))
                     }
-                    _ => detail.push(c),
+                    _ => {
+                        let mut kept = c.clone();
+                        if only_started {
+                            kept.conditions.clear();
+                        }
+                        if !keeps_progress {
+                            kept.progress = None;
+                        }
+                        detail.push(kept)
+                    }
                 }
             }
             ClusterPhase::Succeeded | ClusterPhase::Failed | ClusterPhase::Skipped => {
-                detail.push(c)
+                detail.push(c.clone())
             }
         }
     }
@@ -430,7 +443,17 @@ pub fn started(name: &str, at: Time) -> Condition {
 
 /// The message of a cluster's Started condition.
 pub fn started_message(name: &str) -> String {
-    format!("cluster {name} is being updated to the run's resource snapshot")
+    format!("cluster {name}{STARTED_MESSAGE_END}")
+}
+
+const STARTED_MESSAGE_END: &str = " is being updated to the run's resource snapshot";
+
+/// Whether `message` is [`started_message`] of `name` (without writing that message).
+fn is_started_message(name: &str, message: &str) -> bool {
+    message
+        .strip_prefix("cluster ")
+        .and_then(|rest| rest.strip_prefix(name))
+        .is_some_and(|rest| rest == STARTED_MESSAGE_END)
 }
 
 fn condition(type_: &str, reason: &str, message: String, at: Time) -> Condition {

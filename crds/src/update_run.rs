@@ -383,8 +383,8 @@ pub struct ClustersNotInRun {
 
 /// One stage's plan and progress: every cluster of the stage, in update order. Stored as a
 /// [`StoredStage`](crate::stored_stage::StoredStage), compact for large stages.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(from = "StoredStage", into = "StoredStage")]
+#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(from = "StoredStage")]
 pub struct StageUpdatingStatus {
     /// The stage.
     pub stage_name: String,
@@ -440,6 +440,13 @@ impl StageUpdatingStatus {
         {
             self.clusters = unread.expand(names, self.start_time.as_ref());
         }
+    }
+}
+
+/// Written in the stored form ([`StoredStage::of`]), without copying the stage first.
+impl Serialize for StageUpdatingStatus {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        StoredStage::of(self).serialize(serializer)
     }
 }
 

@@ -426,16 +426,17 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
     // after it loses some of the actions, never the record: the next plan repeats what is
     // missing (a started cluster's Binding, an ApprovalRequest, its acceptance, an unbind).
     let planned = started.elapsed();
-    let requeue = report(&ctx, &run, &plan).await?;
+    let actions = std::mem::take(&mut plan.actions);
+    let requeue = report(&ctx, &run, plan).await?;
     tracing::debug!(
         plan_ms = planned.as_millis() as u64,
         status_ms = (started.elapsed() - planned).as_millis() as u64,
-        actions = plan.actions.len(),
+        actions = actions.len(),
         "reconciled"
     );
-    if !plan.actions.is_empty() {
+    if !actions.is_empty() {
         // The next reports need not wait for these writes to be recorded (see [`acting`]).
-        let (writer, run, actions) = (ctx.clone(), run.clone(), plan.actions);
+        let (writer, run) = (ctx.clone(), run.clone());
         ctx.acting.enqueue(&name, async move {
             let started = std::time::Instant::now();
             act(&writer, &run, &actions).await?;
@@ -461,11 +462,18 @@ fn refused_over_member_labels(status: &fleethub_crds::update_run::UpdateRunStatu
 }
 
 /// Writes the run's new status (if it changed), publishes the plan's events, observes the
-/// durations they carry, and says when to look again.
-async fn report(ctx: &Context, run: &UpdateRun, plan: &Plan) -> Result<Requeue, Error> {
+/// durations they carry, and says when to look again. The plan's status is moved into the
+/// write, not copied (at 10,000 clusters that copy was a tenth of the reconcile).
+async fn report(ctx: &Context, run: &UpdateRun, plan: Plan) -> Result<Requeue, Error> {
     let name = run.name_any();
-    if Some(&plan.status) != run.status.as_ref() {
-        let mut status = plan.status.clone();
+    let Plan {
+        status,
+        events,
+        requeue_after,
+        ..
+    } = plan;
+    if Some(&status) != run.status.as_ref() {
+        let mut status = status;
         if status.uses_plan() && status.plan_ref.is_none() {
             // Initialized now: the order of its large stages' clusters is written once, before
             // the first status that counts on it.
@@ -508,7 +516,7 @@ async fn report(ctx: &Context, run: &UpdateRun, plan: &Plan) -> Result<Requeue, 
             }
         }
     }
-    for e in &plan.events {
+    for e in &events {
         let event = Event {
             type_: if e.warning {
                 EventType::Warning
@@ -534,7 +542,7 @@ async fn report(ctx: &Context, run: &UpdateRun, plan: &Plan) -> Result<Requeue, 
             histogram.observe(seconds.max(0) as f64);
         }
     }
-    Ok(match plan.requeue_after {
+    Ok(match requeue_after {
         Some(after) => Requeue::requeue(after),
         None => Requeue::await_change(),
     })
