@@ -204,12 +204,6 @@ impl StoredStage {
     }
 }
 
-impl From<StageUpdatingStatus> for StoredStage {
-    fn from(stage: StageUpdatingStatus) -> Self {
-        StoredStage::of(&stage)
-    }
-}
-
 /// Where a stored stage's cluster names go.
 #[derive(PartialEq)]
 enum Names {

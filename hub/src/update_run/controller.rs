@@ -467,13 +467,12 @@ fn refused_over_member_labels(status: &fleethub_crds::update_run::UpdateRunStatu
 async fn report(ctx: &Context, run: &UpdateRun, plan: Plan) -> Result<Requeue, Error> {
     let name = run.name_any();
     let Plan {
-        status,
+        mut status,
         events,
         requeue_after,
         ..
     } = plan;
     if Some(&status) != run.status.as_ref() {
-        let mut status = status;
         if status.uses_plan() && status.plan_ref.is_none() {
             // Initialized now: the order of its large stages' clusters is written once, before
             // the first status that counts on it.
