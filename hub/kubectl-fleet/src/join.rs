@@ -9,8 +9,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fleethub_crds::conditions::is_true;
-use fleethub_crds::member_cluster::{AGENT_SERVICE_ACCOUNT, JOINED, MemberClusterSpec};
+use fleethub_crds::member_cluster::{
+    AGENT_LEASE, AGENT_SERVICE_ACCOUNT, JOINED, MemberClusterSpec,
+};
 use fleethub_crds::{MemberCluster, names};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -251,30 +254,62 @@ pub async fn join(hub: &Cluster, member: Option<&Cluster>, opts: &JoinOptions) -
         agent_manifests::DEPLOYMENT
     );
 
-    // 6. The agent reports in: Joined, with a heartbeat from after this join started (a
-    //    re-join must not be satisfied by what an earlier agent once reported).
+    // 6. The agent reports in: Joined, and a heartbeat from after this join started (a re-join
+    //    must not be satisfied by what an earlier agent once reported). A running agent renews
+    //    its Lease every period but rewrites the MemberCluster's status only when it changes
+    //    (and every few minutes), so either one counts.
     let reported_since =
         started.round(jiff::Unit::Second).unwrap_or(started) - jiff::SignedDuration::from_secs(1);
+    let what = format!(
+        "MemberCluster {name} to become Joined=True (the agent has not reported: check kubectl --kubeconfig {} -n {} logs deploy/{})",
+        member.source,
+        agent_manifests::NAMESPACE,
+        agent_manifests::DEPLOYMENT
+    );
+    let joined_at = |m: Option<&MemberCluster>, since: Option<jiff::Timestamp>| {
+        m.and_then(|m| m.status.as_ref()).is_some_and(|s| {
+            is_true(&s.conditions, JOINED)
+                && since.is_none_or(|since| {
+                    s.last_heartbeat_time.as_ref().is_some_and(|t| t.0 >= since)
+                })
+        })
+    };
+    let deadline = tokio::time::Instant::now() + opts.timeout;
     wait(
         &members,
         name,
-        &format!(
-            "MemberCluster {name} to become Joined=True (the agent has not reported: check kubectl --kubeconfig {} -n {} logs deploy/{})",
-            member.source,
-            agent_manifests::NAMESPACE,
-            agent_manifests::DEPLOYMENT
-        ),
+        &what,
         opts.timeout,
-        move |m: Option<&MemberCluster>| {
-            m.and_then(|m| m.status.as_ref()).is_some_and(|s| {
-                is_true(&s.conditions, JOINED)
-                    && s.last_heartbeat_time
-                        .as_ref()
-                        .is_some_and(|t| t.0 >= reported_since)
-            })
-        },
+        move |m: Option<&MemberCluster>| joined_at(m, None),
     )
     .await?;
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let leases: Api<Lease> = Api::namespaced(hub.client.clone(), &ns);
+    let renewed = move |l: Option<&Lease>| {
+        l.and_then(|l| l.spec.as_ref())
+            .and_then(|s| s.renew_time.as_ref())
+            .is_some_and(|t| t.0 >= reported_since)
+    };
+    let status = wait(
+        &members,
+        name,
+        &what,
+        left,
+        move |m: Option<&MemberCluster>| joined_at(m, Some(reported_since)),
+    );
+    // The Lease is the usual sign; a hub that cannot show it (an error other than the
+    // deadline) leaves the status to decide.
+    let lease = async {
+        match wait(&leases, AGENT_LEASE, &what, left, renewed).await {
+            Err(e @ Error::Timeout(_)) => Err(e),
+            Err(_) => std::future::pending().await,
+            Ok(_) => Ok(()),
+        }
+    };
+    tokio::select! {
+        r = status => { r?; }
+        r = lease => r?,
+    }
     println!("membercluster {name} joined the fleet");
     Ok(())
 }

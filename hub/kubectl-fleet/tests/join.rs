@@ -15,7 +15,7 @@ use common::{Scenario, TIMEOUT};
 use fleethub_crds::applied_work::{AppliedWork, applied_work_name};
 use fleethub_crds::conditions::is_true;
 use fleethub_crds::{MemberCluster, Work, names};
-use fleethub_testkit::{Cleanup, Fleet, wait_deleted, wait_for};
+use fleethub_testkit::{Cleanup, Fleet, poll_until, wait_deleted, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -263,7 +263,21 @@ async fn join_installs_the_agent_and_unjoin_removes_everything() {
     // The agent's scoped credential and the base's RBAC are enough to roll a workload out.
     let s = roll_out_to(fleet, &member, member_index, &name).await;
 
-    // join again: idempotent, the same credential.
+    // join again: idempotent, the same credential. A running agent rewrites its status only
+    // every few minutes (its Lease is the heartbeat): first let the last status write age past
+    // what the re-join accepts, so the re-join has to see the agent some other way.
+    poll_until(
+        "the agent's last status write to be 3 s old",
+        TIMEOUT,
+        || async {
+            let m = members.get(&name).await.ok()?;
+            let at = m.status?.last_heartbeat_time?.0;
+            (jiff::Timestamp::now().duration_since(at) >= jiff::SignedDuration::from_secs(3))
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap();
     let out = plugin_ok(
         fleet,
         &[
