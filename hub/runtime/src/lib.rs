@@ -188,7 +188,7 @@ pub fn reflected_events<K: Watched>(
 /// Logs each complete list of a watch (the first one fills a cache, and a restarted process
 /// waits for it): the kind, how many objects, and how long since the watch started or the
 /// list began. Where a restarted hub spends its first seconds shows in its log.
-pub(crate) fn list_timer<K: kube::Resource<DynamicType = ()>>()
+pub fn list_timer<K: kube::Resource<DynamicType = ()>>()
 -> impl FnMut(&Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>) {
     use kube::runtime::watcher::Event;
     let (mut since, mut objects, mut listed) = (std::time::Instant::now(), 0usize, false);

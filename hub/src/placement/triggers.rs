@@ -99,6 +99,7 @@ where
         fleethub_runtime::watcher_config(),
     )
     .backoff(fleethub_runtime::watch_backoff())
+    .inspect(fleethub_runtime::list_timer::<PartialObjectMeta<K>>())
     .filter_map(move |event| {
         let changed = match event {
             Ok(watcher::Event::Apply(m) | watcher::Event::InitApply(m)) => {
