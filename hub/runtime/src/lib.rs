@@ -91,19 +91,54 @@ pub fn watcher_config() -> kube::runtime::watcher::Config {
         .timeout(WATCH_TIMEOUT_SECONDS)
 }
 
-/// How watchers retry after an error: 250 ms doubling up to 5 s (with jitter), reset after
-/// 10 s without errors. (kube's default grows to 30 s and resets only after 120 s quiet, so an
-/// API server restart soon after another one left changes unseen for minutes.)
+/// How watchers retry after an error: from 250 ms, doubling, reset after 10 s without errors.
+/// The longest wait is [`WATCH_BACKOFF`]'s `max` (5 s) unless the process chose another with
+/// [`set_watch_backoff_max`]. (kube's default grows to 30 s and resets only after 120 s quiet, so
+/// an API server restart soon after another one left changes unseen for minutes.)
 pub const WATCH_BACKOFF: retry::Backoff = retry::Backoff::new(
     std::time::Duration::from_millis(250),
     std::time::Duration::from_secs(5),
 );
 
-/// [`WATCH_BACKOFF`] as the backoff of a kube watcher (`WatchStreamExt::backoff`).
+/// The longest wait of this process's watchers before they try again, in milliseconds.
+static WATCH_BACKOFF_MAX_MS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(WATCH_BACKOFF.max.as_millis() as u64);
+
+/// Sets the longest wait of the watchers this process starts from now on (at least
+/// [`WATCH_BACKOFF`]'s first delay). The member agents keep 5 s: there are thousands of them, and
+/// a hub API server coming back is listed by all of them within that spread. One hub can retry
+/// sooner.
+pub fn set_watch_backoff_max(max: std::time::Duration) {
+    let ms = max.max(WATCH_BACKOFF.first).as_millis() as u64;
+    WATCH_BACKOFF_MAX_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// [`WATCH_BACKOFF`] with this process's longest wait, as the backoff of a kube watcher
+/// (`WatchStreamExt::backoff`). Each wait is jittered (so the watches of many processes spread
+/// out) and never longer than that longest wait: the jitter adds up to the delay itself again,
+/// so the doubling stops at half of it. (A jitter added after the cap had let a 5 s backoff wait
+/// up to 10 s: after a hub API server restart, watches came back 5–13 s after it was ready.)
 pub fn watch_backoff()
 -> kube::runtime::utils::ResetTimerBackoff<kube::runtime::watcher::ExponentialBackoff> {
-    let builder = WATCH_BACKOFF.builder().with_jitter();
-    kube::runtime::utils::ResetTimerBackoff::new(builder.into(), std::time::Duration::from_secs(10))
+    let max = std::time::Duration::from_millis(
+        WATCH_BACKOFF_MAX_MS.load(std::sync::atomic::Ordering::Relaxed),
+    );
+    kube::runtime::utils::ResetTimerBackoff::new(
+        jittered_within(WATCH_BACKOFF.first, max).into(),
+        std::time::Duration::from_secs(10),
+    )
+}
+
+/// Delays doubling from `first` whose jittered value never exceeds `max`: backon's jitter adds
+/// a random part of the delay (up to all of it) after capping it.
+fn jittered_within(
+    first: std::time::Duration,
+    max: std::time::Duration,
+) -> backon::ExponentialBuilder {
+    let half = max / 2;
+    retry::Backoff::new(first.min(half), half)
+        .builder()
+        .with_jitter()
 }
 
 /// Changed (or deleted) objects of `api`, watched with [`watcher_config`] and [`watch_backoff`]:
@@ -444,5 +479,49 @@ mod synced_objects_tests {
             .collect()
             .await;
         assert_eq!(got, [2]);
+    }
+}
+
+#[cfg(test)]
+mod watch_backoff_tests {
+    use std::time::Duration;
+
+    use backon::BackoffBuilder;
+
+    #[test]
+    fn jittered_waits_stay_within_the_longest_wait_and_grow_to_it() {
+        for max in [Duration::from_secs(1), Duration::from_secs(5)] {
+            let mut longest = Duration::ZERO;
+            for _ in 0..200 {
+                let waits: Vec<Duration> = super::jittered_within(Duration::from_millis(250), max)
+                    .build()
+                    .take(12)
+                    .collect();
+                assert!(waits[0] >= Duration::from_millis(250), "{waits:?}");
+                assert!(waits.iter().all(|w| *w <= max), "{max:?}: {waits:?}");
+                // Past the doubling, every wait is between half the longest wait and all of it.
+                assert!(
+                    waits[8..].iter().all(|w| *w >= max / 2),
+                    "{max:?}: {waits:?}"
+                );
+                longest = longest.max(waits.into_iter().max().unwrap());
+            }
+            assert!(longest > max * 9 / 10, "{max:?}: longest {longest:?}");
+        }
+    }
+
+    #[test]
+    fn a_longest_wait_below_the_first_delay_still_waits() {
+        let waits: Vec<Duration> =
+            super::jittered_within(Duration::from_millis(250), Duration::from_millis(100))
+                .build()
+                .take(4)
+                .collect();
+        assert!(
+            waits
+                .iter()
+                .all(|w| *w > Duration::ZERO && *w <= Duration::from_millis(100)),
+            "{waits:?}"
+        );
     }
 }
