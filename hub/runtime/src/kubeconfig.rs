@@ -36,6 +36,10 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, Error> {
 /// burst that the API server could serve anyway.
 pub const MAX_CONCURRENT_REQUESTS: usize = 64;
 
+/// A request that waits this long for one of the [`MAX_CONCURRENT_REQUESTS`] slots is logged:
+/// that many requests of the process were in flight without an answer all that time.
+const SLOW_PERMIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How long a request may wait for its response's next bytes. kube sets none, so a request
 /// that never got an answer (a dropped connection the client did not notice) waited forever
 /// and halted whatever awaited it: the hub's placement controller stopped for good that way
@@ -108,12 +112,26 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let permits = (!is_watch(request.uri())).then(|| self.permits.clone());
+        let path = request.uri().path().to_string();
         // The inner future is lazy: nothing is sent (no connection taken) until it is polled,
         // which happens once a permit is held.
         let response = self.inner.call(request);
         Box::pin(async move {
             let _permit = match permits {
-                Some(p) => p.acquire_owned().await.ok(),
+                Some(p) => {
+                    let asked = std::time::Instant::now();
+                    let permit = p.acquire_owned().await.ok();
+                    let waited = asked.elapsed();
+                    if waited >= SLOW_PERMIT {
+                        tracing::warn!(
+                            path,
+                            waited_ms = waited.as_millis() as u64,
+                            limit = MAX_CONCURRENT_REQUESTS,
+                            "a request waited for a free slot: the client's other requests were all unanswered"
+                        );
+                    }
+                    permit
+                }
                 None => None,
             };
             response.await
