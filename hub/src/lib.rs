@@ -18,9 +18,9 @@ mod work_overrides;
 pub use error::Error;
 
 /// The longest a hub watch waits before trying again after an error (the member agents keep
-/// 5 s, [`fleethub_runtime::WATCH_BACKOFF`]). The hub is one process with about 40 watches: after
-/// its API server restarts, they are back within a second of it being ready, for about 40
-/// attempts a second while it is down.
+/// 5 s, [`fleethub_runtime::WATCH_BACKOFF`]). The hub is one process with about 40 watches: while
+/// its API server is down they try about 40 times a second, and each tries again within a second
+/// of it being back.
 pub const WATCH_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Cluster updates the hub writes at once by default (`--concurrent-cluster-updates`): Bindings

@@ -116,8 +116,8 @@ pub fn set_watch_backoff_max(max: std::time::Duration) {
 /// [`WATCH_BACKOFF`] with this process's longest wait, as the backoff of a kube watcher
 /// (`WatchStreamExt::backoff`). Each wait is jittered (so the watches of many processes spread
 /// out) and never longer than that longest wait: the jitter adds up to the delay itself again,
-/// so the doubling stops at half of it. (A jitter added after the cap had let a 5 s backoff wait
-/// up to 10 s: after a hub API server restart, watches came back 5–13 s after it was ready.)
+/// so the doubling stops at half of it. (Jitter added after the cap had let a "5 s" backoff
+/// wait up to 10 s.)
 pub fn watch_backoff()
 -> kube::runtime::utils::ResetTimerBackoff<kube::runtime::watcher::ExponentialBackoff> {
     let max = std::time::Duration::from_millis(
