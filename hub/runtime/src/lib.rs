@@ -422,7 +422,14 @@ where
                     Vec::new()
                 }
                 Ok(Event::InitDone) => std::mem::take(listed).into_iter().map(Ok).collect(),
-                Err(e) => vec![Err(e)],
+                // Logged, not passed on: kube's controller does not poll its trigger again
+                // after an error, so the backoff's timer (armed when the watch is next polled)
+                // waited for some other wake-up; after a hub API server restart a controller
+                // stayed silent for seconds. Dropped here, the watch is polled again at once.
+                Err(e) => {
+                    tracing::debug!(error = %e, "watch failed; trying again after the backoff");
+                    Vec::new()
+                }
             };
             futures::future::ready(Some(futures::stream::iter(out)))
         })
@@ -522,6 +529,84 @@ mod watch_backoff_tests {
                 .iter()
                 .all(|w| *w > Duration::ZERO && *w <= Duration::from_millis(100)),
             "{waits:?}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod watch_error_tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use futures::StreamExt;
+    use futures::channel::mpsc;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::WatchStreamExt;
+    use kube::runtime::controller::Action;
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::{Error, Event};
+
+    fn config_map(name: &str) -> ConfigMap {
+        let mut c = ConfigMap::default();
+        c.metadata.name = Some(name.into());
+        c.metadata.namespace = Some("ns".into());
+        c.metadata.resource_version = Some("1".into());
+        c
+    }
+
+    /// A controller whose watch fails relists once its backoff has passed, without anything
+    /// else waking it. (kube's controller did not poll its trigger again after passing on an
+    /// error, so the backoff's timer was armed only by some other wake-up: after a hub API
+    /// server restart, a controller stayed silent for seconds with the server answering.)
+    #[tokio::test(start_paused = true)]
+    async fn a_controller_relists_after_a_watch_error_with_nothing_else_waking_it() {
+        let (reader, writer) = reflector::store::<ConfigMap>();
+        let (watch, events) = mpsc::unbounded::<Result<Event<ConfigMap>, Error>>();
+        let events = events.backoff(super::watch_backoff()).reflect(writer);
+        let (reconciled, mut names) = mpsc::unbounded::<String>();
+        let controller =
+            kube::runtime::Controller::for_stream(super::synced_objects(events, false), reader)
+                .run(
+                    |o: Arc<ConfigMap>, seen: Arc<mpsc::UnboundedSender<String>>| {
+                        let _ = seen.unbounded_send(o.metadata.name.clone().unwrap_or_default());
+                        async { Ok::<_, kube::Error>(Action::await_change()) }
+                    },
+                    |_, _, _| Action::await_change(),
+                    Arc::new(reconciled),
+                )
+                .for_each(|_| async {});
+        tokio::spawn(controller);
+        for event in [
+            Event::Init,
+            Event::InitApply(config_map("a")),
+            Event::InitDone,
+        ] {
+            watch.unbounded_send(Ok(event)).unwrap();
+        }
+        assert_eq!(names.next().await.as_deref(), Some("a"));
+
+        // The API server goes away; the watch's relist comes 100 ms later.
+        let failed = tokio::time::Instant::now();
+        watch.unbounded_send(Err(Error::NoResourceVersion)).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for event in [
+            Event::Init,
+            Event::InitApply(config_map("b")),
+            Event::InitDone,
+        ] {
+            watch.unbounded_send(Ok(event)).unwrap();
+        }
+        let b = tokio::time::timeout(super::WATCH_BACKOFF.max * 4, names.next()).await;
+        assert_eq!(
+            b.ok().flatten().as_deref(),
+            Some("b"),
+            "the relisted object was never reconciled"
+        );
+        // On tokio's paused clock: the first retry waits at most twice the first delay.
+        let after = failed.elapsed();
+        assert!(
+            after <= super::WATCH_BACKOFF.first * 2 + Duration::from_millis(100),
+            "reconciled {after:?} after the error"
         );
     }
 }
