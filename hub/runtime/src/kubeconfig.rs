@@ -112,7 +112,8 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let permits = (!is_watch(request.uri())).then(|| self.permits.clone());
-        let path = request.uri().path().to_string();
+        // Only for the log line of a slow wait: a `Uri` clone shares its bytes.
+        let uri = permits.is_some().then(|| request.uri().clone());
         // The inner future is lazy: nothing is sent (no connection taken) until it is polled,
         // which happens once a permit is held.
         let response = self.inner.call(request);
@@ -124,7 +125,7 @@ where
                     let waited = asked.elapsed();
                     if waited >= SLOW_PERMIT {
                         tracing::warn!(
-                            path,
+                            path = uri.as_ref().map(|u| u.path()),
                             waited_ms = waited.as_millis() as u64,
                             limit = MAX_CONCURRENT_REQUESTS,
                             "a request waited for a free slot: the client's other requests were all unanswered"
