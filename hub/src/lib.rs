@@ -17,11 +17,11 @@ mod work_overrides;
 
 pub use error::Error;
 
-/// The longest a hub watch waits before trying again after an error (the member agents keep
-/// 5 s, [`fleethub_runtime::WATCH_BACKOFF`]). The hub is one process with about 40 watches: while
-/// its API server is down they try about 40 times a second, and each tries again within a second
-/// of it being back.
-pub const WATCH_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+/// The longest a hub watch, or a hub request answered 429/503/504, waits before trying again (the
+/// member agents keep 5 s, [`fleethub_runtime::WATCH_BACKOFF`]). The hub is one process with
+/// about 40 watches: while its API server is down they try about 40 times a second, and each
+/// tries again within a second of it being back.
+pub const RETRY_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Cluster updates the hub writes at once by default (`--concurrent-cluster-updates`): Bindings
 /// a run binds together, and Bindings whose Works are written together. Both are writes to the

@@ -102,7 +102,7 @@ async fn main() -> anyhow::Result<()> {
         false => None,
     };
     let shutdown = fleethub_runtime::shutdown_on_signal();
-    fleethub_runtime::set_watch_backoff_max(fleethub_hub::WATCH_BACKOFF_MAX);
+    fleethub_runtime::set_retry_wait_max(fleethub_hub::RETRY_WAIT_MAX);
 
     let client = kubeconfig::client(args.kubeconfig.as_deref())
         .await

@@ -25,9 +25,41 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, Error> {
     };
     let builder = kube::client::ClientBuilder::try_from(with_timeouts(config))?;
     Ok(builder
-        .with_layer(&RequestLimitLayer::new(MAX_CONCURRENT_REQUESTS))
+        .with_layer(&limited_and_retried(
+            MAX_CONCURRENT_REQUESTS,
+            crate::retry_wait_max(),
+        ))
         .build())
 }
+
+/// [`limited_and_retried`]'s layers, outermost last.
+type ClientLayers = tower::layer::util::Stack<
+    RequestLimitLayer,
+    tower::layer::util::Stack<
+        tower::buffer::BufferLayer<http::Request<kube::client::Body>>,
+        tower::layer::util::Stack<
+            tower::retry::RetryLayer<TransientRetry>,
+            tower::layer::util::Identity,
+        >,
+    >,
+>;
+
+/// The layers fleethub adds to kube's client: at most `slots` requests in flight
+/// ([`RequestLimitLayer`]), and [`TransientRetry`] outside it, behind a buffer (the retry needs a
+/// service it can call again), so a request waiting to be sent again holds no slot.
+fn limited_and_retried(slots: usize, max_wait: std::time::Duration) -> ClientLayers {
+    tower::ServiceBuilder::new()
+        .layer(tower::retry::RetryLayer::new(TransientRetry::new(max_wait)))
+        .layer(tower::buffer::BufferLayer::new(BUFFERED_REQUESTS))
+        .layer(RequestLimitLayer::new(slots))
+        .into_inner()
+}
+
+/// Requests queued for the request limit's layer (kube's own buffer holds as many).
+const BUFFERED_REQUESTS: usize = 1024;
+
+/// How often a request answered 429, 503 or 504 is sent again before its caller sees the error.
+pub const TRANSIENT_RETRIES: u32 = 10;
 
 /// Requests (not watches) one client has in flight at most. kube sets no bound: the hub opened
 /// a connection per concurrent request and held 1,752 connections to its API server, with the
@@ -53,7 +85,97 @@ fn with_timeouts(mut config: Config) -> Config {
     config.read_timeout = Some(READ_TIMEOUT);
     // Count from when a request is sent, not from when its pooled connection went idle.
     config.reset_reader_on_write = true;
+    // kube's own retry (up to 15 times, each wait as long as the server's `Retry-After` or up
+    // to 1,000 s) is replaced by [`TransientRetry`].
+    config.default_retry = false;
     config
+}
+
+/// The client's retry of answers that say "not now" (429 Too Many Requests, 503 Service
+/// Unavailable, 504 Gateway Timeout), as kube's default retry but with a bounded wait: at most
+/// [`TRANSIENT_RETRIES`] times, each wait [`crate::WATCH_BACKOFF`]'s jittered doubling or the
+/// server's `Retry-After` if longer, never longer than the process's longest wait
+/// ([`crate::set_retry_wait_max`]). A restarted API server answers 503 with `Retry-After: 5`
+/// until its paths are installed (about a second): kube's retry honoured the 5 s, so every
+/// watch and request of the hub sent in that second waited 5 s, past the hub's own bound.
+#[derive(Clone, Debug)]
+pub(crate) struct TransientRetry {
+    attempt: u32,
+    max_wait: std::time::Duration,
+}
+
+impl TransientRetry {
+    pub(crate) fn new(max_wait: std::time::Duration) -> Self {
+        Self {
+            attempt: 0,
+            max_wait,
+        }
+    }
+
+    /// The wait before the next try, for an answer whose `Retry-After` said `server`.
+    fn wait(&self, server: Option<std::time::Duration>) -> std::time::Duration {
+        use backon::BackoffBuilder as _;
+        let ours = crate::jittered_within(crate::WATCH_BACKOFF.first, self.max_wait)
+            .build()
+            .nth(self.attempt as usize)
+            .unwrap_or(self.max_wait);
+        ours.max(server.unwrap_or_default()).min(self.max_wait)
+    }
+}
+
+/// `Retry-After` in seconds (the API server sends no dates).
+fn retry_after(headers: &http::HeaderMap) -> Option<std::time::Duration> {
+    let seconds = headers.get(http::header::RETRY_AFTER)?.to_str().ok()?;
+    Some(std::time::Duration::from_secs(seconds.trim().parse().ok()?))
+}
+
+impl<Res, E> tower::retry::Policy<http::Request<kube::client::Body>, http::Response<Res>, E>
+    for TransientRetry
+{
+    type Future = tokio::time::Sleep;
+
+    fn retry(
+        &mut self,
+        request: &mut http::Request<kube::client::Body>,
+        result: &mut Result<http::Response<Res>, E>,
+    ) -> Option<Self::Future> {
+        let response = result.as_ref().ok()?;
+        let status = response.status();
+        let transient = matches!(
+            status,
+            http::StatusCode::TOO_MANY_REQUESTS
+                | http::StatusCode::SERVICE_UNAVAILABLE
+                | http::StatusCode::GATEWAY_TIMEOUT
+        );
+        if !transient || self.attempt >= TRANSIENT_RETRIES {
+            return None;
+        }
+        let wait = self.wait(retry_after(response.headers()));
+        self.attempt += 1;
+        tracing::debug!(
+            path = request.uri().path(),
+            status = status.as_u16(),
+            attempt = self.attempt,
+            wait_ms = wait.as_millis() as u64,
+            "request answered \"not now\"; sending it again"
+        );
+        Some(tokio::time::sleep(wait))
+    }
+
+    fn clone_request(
+        &mut self,
+        request: &http::Request<kube::client::Body>,
+    ) -> Option<http::Request<kube::client::Body>> {
+        // A streamed body cannot be sent twice: such a request is not retried.
+        let body = request.body().try_clone()?;
+        let mut copy = http::Request::new(body);
+        *copy.method_mut() = request.method().clone();
+        *copy.uri_mut() = request.uri().clone();
+        *copy.version_mut() = request.version();
+        *copy.headers_mut() = request.headers().clone();
+        *copy.extensions_mut() = request.extensions().clone();
+        Some(copy)
+    }
 }
 
 /// A [`tower::Layer`] that lets at most `n` requests of a client be in flight; watches (which
@@ -194,5 +316,166 @@ mod request_limit_tests {
         futures::future::join_all(calls).await;
         // Three requests plus the watch, never more.
         assert_eq!(most.load(Ordering::SeqCst), 4);
+    }
+}
+
+#[cfg(test)]
+mod transient_retry_tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    use kube::client::Body;
+    use tower::{BoxError, Layer, Service, ServiceExt};
+
+    use super::*;
+
+    const MAX_WAIT: Duration = Duration::from_secs(1);
+
+    fn answer(status: u16, retry_after: Option<&str>) -> http::Response<()> {
+        let mut response = http::Response::builder().status(status);
+        if let Some(s) = retry_after {
+            response = response.header(http::header::RETRY_AFTER, s);
+        }
+        response.body(()).unwrap()
+    }
+
+    /// A server answering `first` to the first `n` requests to `/busy`, then 200; every other path
+    /// gets 200 at once. Counts the requests to `/busy`.
+    fn server(
+        n: u32,
+        first: (u16, Option<&'static str>),
+    ) -> (
+        impl Service<
+            http::Request<Body>,
+            Response = http::Response<()>,
+            Error = BoxError,
+            Future = impl Send,
+        > + Send
+        + 'static,
+        Arc<AtomicU32>,
+    ) {
+        let calls = Arc::new(AtomicU32::new(0));
+        let counted = calls.clone();
+        let service = tower::service_fn(move |request: http::Request<Body>| {
+            let calls = counted.clone();
+            async move {
+                if request.uri().path() != "/busy" {
+                    return Ok::<_, BoxError>(answer(200, None));
+                }
+                let k = calls.fetch_add(1, Ordering::SeqCst);
+                Ok(match k < n {
+                    true => answer(first.0, first.1),
+                    false => answer(200, None),
+                })
+            }
+        });
+        (service, calls)
+    }
+
+    fn get(path: &str) -> http::Request<Body> {
+        http::Request::get(path).body(Body::empty()).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_asking_for_5s_is_retried_within_the_process_bound() {
+        let (inner, calls) = server(2, (503, Some("5")));
+        let mut client = limited_and_retried(4, MAX_WAIT).layer(inner);
+        let started = tokio::time::Instant::now();
+        let response = client
+            .ready()
+            .await
+            .unwrap()
+            .call(get("/busy"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        // Two waits of at most 1 s each, where the server's Retry-After said 5 s each.
+        assert!(started.elapsed() <= 2 * MAX_WAIT, "{:?}", started.elapsed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_answers_are_retried_a_bounded_number_of_times() {
+        let (inner, calls) = server(u32::MAX, (429, Some("1")));
+        let mut client = limited_and_retried(4, MAX_WAIT).layer(inner);
+        let response = client
+            .ready()
+            .await
+            .unwrap()
+            .call(get("/busy"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 429);
+        assert_eq!(calls.load(Ordering::SeqCst), TRANSIENT_RETRIES + 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn other_answers_are_not_retried() {
+        for status in [200, 404, 409, 410, 422, 500] {
+            let (inner, calls) = server(1, (status, None));
+            let mut client = limited_and_retried(4, MAX_WAIT).layer(inner);
+            let response = client
+                .ready()
+                .await
+                .unwrap()
+                .call(get("/busy"))
+                .await
+                .unwrap();
+            assert_eq!(response.status(), status);
+            assert_eq!(calls.load(Ordering::SeqCst), 1, "{status}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_waiting_to_be_retried_holds_no_slot() {
+        // One slot: the retried request waits (1 s at most per try) without it, so another
+        // request is answered in the meantime.
+        let (inner, _) = server(u32::MAX, (503, Some("5")));
+        let client = limited_and_retried(1, MAX_WAIT).layer(inner);
+        let mut retried = client.clone();
+        let mut other = client.clone();
+        // Polled first: the retried request takes the slot before the other one asks.
+        let busy = std::pin::pin!(async move {
+            retried
+                .ready()
+                .await
+                .unwrap()
+                .call(get("/busy"))
+                .await
+                .unwrap()
+        });
+        let answered = std::pin::pin!(async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let started = tokio::time::Instant::now();
+            let response = other
+                .ready()
+                .await
+                .unwrap()
+                .call(get("/other"))
+                .await
+                .unwrap();
+            (response.status(), started.elapsed())
+        });
+        match futures::future::select(busy, answered).await {
+            futures::future::Either::Right(((status, took), _)) => {
+                assert_eq!(status, 200);
+                assert!(took < MAX_WAIT, "{took:?}");
+            }
+            futures::future::Either::Left(_) => panic!("the other request waited for the retries"),
+        }
+    }
+
+    #[test]
+    fn retry_after_is_read_in_seconds() {
+        let headers = |v: &str| {
+            let mut h = http::HeaderMap::new();
+            h.insert(http::header::RETRY_AFTER, v.parse().unwrap());
+            h
+        };
+        assert_eq!(retry_after(&headers("5")), Some(Duration::from_secs(5)));
+        assert_eq!(retry_after(&headers(" 1 ")), Some(Duration::from_secs(1)));
+        assert_eq!(retry_after(&headers("Wed, 21 Oct 2015 07:28:00 GMT")), None);
+        assert_eq!(retry_after(&http::HeaderMap::new()), None);
     }
 }

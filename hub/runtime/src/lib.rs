@@ -93,24 +93,31 @@ pub fn watcher_config() -> kube::runtime::watcher::Config {
 
 /// How watchers retry after an error: from 250 ms, doubling, reset after 10 s without errors.
 /// The longest wait is [`WATCH_BACKOFF`]'s `max` (5 s) unless the process chose another with
-/// [`set_watch_backoff_max`]. (kube's default grows to 30 s and resets only after 120 s quiet, so
-/// an API server restart soon after another one left changes unseen for minutes.)
+/// [`set_retry_wait_max`]. (kube's default grows to 30 s and resets only after 120 s quiet, so
+/// an API server restart soon after another one left changes unseen for minutes.) The clients of
+/// [`kubeconfig::client`] retry a 429, 503 or 504 answer with the same delays.
 pub const WATCH_BACKOFF: retry::Backoff = retry::Backoff::new(
     std::time::Duration::from_millis(250),
     std::time::Duration::from_secs(5),
 );
 
-/// The longest wait of this process's watchers before they try again, in milliseconds.
-static WATCH_BACKOFF_MAX_MS: std::sync::atomic::AtomicU64 =
+/// The longest wait of this process's watchers and clients before they try again, in
+/// milliseconds.
+static RETRY_WAIT_MAX_MS: std::sync::atomic::AtomicU64 =
     std::sync::atomic::AtomicU64::new(WATCH_BACKOFF.max.as_millis() as u64);
 
-/// Sets the longest wait of the watchers this process starts from now on (at least
-/// [`WATCH_BACKOFF`]'s first delay). The member agents keep 5 s: there are thousands of them, and
-/// a hub API server coming back is listed by all of them within that spread. One hub can retry
-/// sooner.
-pub fn set_watch_backoff_max(max: std::time::Duration) {
+/// Sets the longest wait before trying again (at least [`WATCH_BACKOFF`]'s first delay) of the
+/// watchers and the clients ([`kubeconfig::client`]) this process makes from now on. The member
+/// agents keep 5 s: there are thousands of them, and a hub API server coming back is listed by all
+/// of them within that spread. One hub can retry sooner.
+pub fn set_retry_wait_max(max: std::time::Duration) {
     let ms = max.max(WATCH_BACKOFF.first).as_millis() as u64;
-    WATCH_BACKOFF_MAX_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
+    RETRY_WAIT_MAX_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// This process's longest wait before trying again ([`set_retry_wait_max`]).
+pub fn retry_wait_max() -> std::time::Duration {
+    std::time::Duration::from_millis(RETRY_WAIT_MAX_MS.load(std::sync::atomic::Ordering::Relaxed))
 }
 
 /// [`WATCH_BACKOFF`] with this process's longest wait, as the backoff of a kube watcher
@@ -120,18 +127,15 @@ pub fn set_watch_backoff_max(max: std::time::Duration) {
 /// wait up to 10 s.)
 pub fn watch_backoff()
 -> kube::runtime::utils::ResetTimerBackoff<kube::runtime::watcher::ExponentialBackoff> {
-    let max = std::time::Duration::from_millis(
-        WATCH_BACKOFF_MAX_MS.load(std::sync::atomic::Ordering::Relaxed),
-    );
     kube::runtime::utils::ResetTimerBackoff::new(
-        jittered_within(WATCH_BACKOFF.first, max).into(),
+        jittered_within(WATCH_BACKOFF.first, retry_wait_max()).into(),
         std::time::Duration::from_secs(10),
     )
 }
 
 /// Delays doubling from `first` whose jittered value never exceeds `max`: backon's jitter adds
 /// a random part of the delay (up to all of it) after capping it.
-fn jittered_within(
+pub(crate) fn jittered_within(
     first: std::time::Duration,
     max: std::time::Duration,
 ) -> backon::ExponentialBuilder {
