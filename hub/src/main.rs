@@ -111,6 +111,7 @@ async fn main() -> anyhow::Result<()> {
     let mut registry = Registry::with_prefix("fleethub_hub");
     register_build_info(&mut registry, "Build information of the running hub", &[]);
     let metrics = Metrics::new(&mut registry);
+    registry.register_collector(Box::new(fleethub_runtime::WatchFailureMetrics));
     let health = Health::new(registry, &["hub-api"]);
 
     let server = tokio::spawn(fleethub_runtime::serve(

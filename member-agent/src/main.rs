@@ -78,6 +78,7 @@ async fn main() -> anyhow::Result<()> {
         &[("member", args.member_name.as_str())],
     );
     let metrics = metrics::Metrics::register(&mut registry);
+    registry.register_collector(Box::new(fleethub_runtime::WatchFailureMetrics));
     let health = Health::new(registry, readiness::ALL);
     let server = tokio::spawn(fleethub_runtime::serve(
         args.process.listen,

@@ -194,9 +194,12 @@ impl MemberObjects {
         let work_of = self.work_of.clone();
         let shutdown = self.shutdown.clone();
         let plural = kind.resource.plural.clone();
+        let kind_name = kind.resource.kind.clone();
         tokio::spawn(async move {
-            let stream =
-                reflector::reflector(writer, watcher::watcher(api, config).default_backoff());
+            let stream = reflector::reflector(
+                writer,
+                watcher::watcher(api, config).backoff(fleethub_runtime::watch_backoff(&kind_name)),
+            );
             let mut stream = std::pin::pin!(stream);
             let changed = |o: &DynamicObject| {
                 if let Some(work) = work_of(o) {

@@ -215,7 +215,7 @@ where
 {
     let (store, writer) = reflector::store::<K>();
     let mut events = watcher(api, fleethub_runtime::watcher_config().labels(labels))
-        .backoff(fleethub_runtime::watch_backoff())
+        .backoff(fleethub_runtime::watch_backoff(&K::kind(&())))
         .reflect(writer)
         .boxed();
     // The store is complete once the initial list is done; check after every event from then.
@@ -279,7 +279,7 @@ async fn wait_each_namespace_has<K: fleethub_runtime::Watched>(
 ) -> anyhow::Result<()> {
     let config = fleethub_runtime::watcher_config().fields(&format!("metadata.name={name}"));
     let mut events = watcher(api, config)
-        .backoff(fleethub_runtime::watch_backoff())
+        .backoff(fleethub_runtime::watch_backoff(&K::kind(&())))
         .boxed();
     let mut have: HashSet<String> = HashSet::new();
     let mut listed = false;
@@ -409,7 +409,7 @@ pub async fn clean_up(client: &Client, timeout: Duration) -> anyhow::Result<Dura
     };
     let (store, writer) = reflector::store::<Namespace>();
     let mut events = watcher(namespaces, fleethub_runtime::watcher_config())
-        .backoff(fleethub_runtime::watch_backoff())
+        .backoff(fleethub_runtime::watch_backoff("Namespace"))
         .reflect(writer)
         .boxed();
     let wait = async {

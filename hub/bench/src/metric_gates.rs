@@ -197,7 +197,7 @@ fn watch_gates(client: kube::Client) -> (tokio::task::JoinHandle<()>, Passed) {
     let task = tokio::spawn(async move {
         let cfg = fleethub_runtime::watcher_config().labels(&format!("{BENCH_LABEL}=true"));
         let mut runs = watcher(Api::<UpdateRun>::all(client), cfg)
-            .backoff(fleethub_runtime::watch_backoff())
+            .backoff(fleethub_runtime::watch_backoff("UpdateRun"))
             .applied_objects()
             .boxed();
         while let Some(next) = runs.next().await {

@@ -194,7 +194,7 @@ fn work_changes(
     api: Api<Work>,
 ) -> futures::stream::BoxStream<'static, Result<Work, watcher::Error>> {
     watcher(api, fleethub_runtime::watcher_config())
-        .backoff(fleethub_runtime::watch_backoff())
+        .backoff(fleethub_runtime::watch_backoff("Work"))
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default())
         .boxed()
@@ -450,7 +450,7 @@ pub fn watch_runs(client: Client, timeline: Arc<Timeline>) -> JoinHandle<()> {
         let api: Api<UpdateRun> = Api::all(client.clone());
         let cfg = fleethub_runtime::watcher_config().labels(&format!("{BENCH_LABEL}=true"));
         let mut runs = watcher(api, cfg)
-            .backoff(fleethub_runtime::watch_backoff())
+            .backoff(fleethub_runtime::watch_backoff("UpdateRun"))
             .applied_objects()
             .boxed();
         // The runs' UpdateRunPlans (the order of their large stages' clusters), each read once.
@@ -496,7 +496,7 @@ pub fn watch_provisioning(client: Client, timeline: Arc<Timeline>) -> JoinHandle
         let api: Api<ServiceAccount> = Api::all(client);
         let cfg = fleethub_runtime::watcher_config().fields("metadata.name=member-agent");
         let mut accounts = watcher(api, cfg)
-            .backoff(fleethub_runtime::watch_backoff())
+            .backoff(fleethub_runtime::watch_backoff("ServiceAccount"))
             .applied_objects()
             .boxed();
         while let Some(next) = accounts.next().await {

@@ -120,17 +120,96 @@ pub fn retry_wait_max() -> std::time::Duration {
     std::time::Duration::from_millis(RETRY_WAIT_MAX_MS.load(std::sync::atomic::Ordering::Relaxed))
 }
 
-/// [`WATCH_BACKOFF`] with this process's longest wait, as the backoff of a kube watcher
+/// [`WATCH_BACKOFF`] with this process's longest wait, as the backoff of a kube watcher of `kind`
 /// (`WatchStreamExt::backoff`). Each wait is jittered (so the watches of many processes spread
 /// out) and never longer than that longest wait: the jitter adds up to the delay itself again,
 /// so the doubling stops at half of it. (Jitter added after the cap had let a "5 s" backoff
-/// wait up to 10 s.)
-pub fn watch_backoff()
--> kube::runtime::utils::ResetTimerBackoff<kube::runtime::watcher::ExponentialBackoff> {
-    kube::runtime::utils::ResetTimerBackoff::new(
-        jittered_within(WATCH_BACKOFF.first, retry_wait_max()).into(),
-        std::time::Duration::from_secs(10),
-    )
+/// wait up to 10 s.) Each failure it waits after counts in [`watch_failures`].
+pub fn watch_backoff(kind: &str) -> WatchBackoff {
+    WatchBackoff {
+        inner: kube::runtime::utils::ResetTimerBackoff::new(
+            jittered_within(WATCH_BACKOFF.first, retry_wait_max()).into(),
+            std::time::Duration::from_secs(10),
+        ),
+        failures: watch_failure_counter(kind),
+    }
+}
+
+/// A watcher's backoff ([`watch_backoff`]) that counts the failures it waits after: a watch that
+/// fails is retried inside its stream (the error never reaches a reconcile), so this count is
+/// where an operator sees it.
+pub struct WatchBackoff {
+    inner: kube::runtime::utils::ResetTimerBackoff<kube::runtime::watcher::ExponentialBackoff>,
+    failures: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Iterator for WatchBackoff {
+    type Item = std::time::Duration;
+
+    /// Asked once per failure (`StreamBackoff`), for the wait before the next try.
+    fn next(&mut self) -> Option<std::time::Duration> {
+        self.failures
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.next()
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.inner.reset()
+    }
+}
+
+type FailureCounters =
+    std::collections::BTreeMap<String, std::sync::Arc<std::sync::atomic::AtomicU64>>;
+
+/// This process's watch failures by kind, since it started.
+static WATCH_FAILURES: std::sync::Mutex<FailureCounters> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+fn watch_failure_counter(kind: &str) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+    let mut counters = WATCH_FAILURES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    counters.entry(kind.to_string()).or_default().clone()
+}
+
+/// How often this process's watches of each kind failed (a request refused or cut off, an
+/// expired resource version) and were tried again, by kind, since the process started.
+pub fn watch_failures() -> Vec<(String, u64)> {
+    let counters = WATCH_FAILURES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    counters
+        .iter()
+        .map(|(kind, n)| (kind.clone(), n.load(std::sync::atomic::Ordering::Relaxed)))
+        .collect()
+}
+
+/// [`watch_failures`] as a Prometheus counter, `<prefix>_watch_failures_total{kind}`: register it
+/// with `Registry::register_collector`.
+#[derive(Debug, Default)]
+pub struct WatchFailureMetrics;
+
+impl prometheus_client::collector::Collector for WatchFailureMetrics {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::counter::Counter;
+        use prometheus_client::metrics::family::Family;
+        let family = Family::<Vec<(&'static str, String)>, Counter>::default();
+        for (kind, n) in watch_failures() {
+            family.get_or_create(&vec![("kind", kind)]).inc_by(n);
+        }
+        family.encode(encoder.encode_descriptor(
+            "watch_failures",
+            "Watch requests that failed and were tried again after a backoff (refused, cut off, or expired), by kind",
+            None,
+            family.metric_type(),
+        )?)
+    }
 }
 
 /// Delays doubling from `first` whose jittered value never exceeds `max`: backon's jitter adds
@@ -151,10 +230,17 @@ pub fn watch_stream<K>(
     api: kube::Api<K>,
 ) -> impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static
 where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
 {
     use kube::runtime::WatchStreamExt;
-    touched_after_sync(kube::runtime::watcher(api, watcher_config()).backoff(watch_backoff()))
+    touched_after_sync(
+        kube::runtime::watcher(api, watcher_config()).backoff(watch_backoff(&K::kind(&()))),
+    )
 }
 
 /// Like [`watch_stream`], and keeps `writer`'s store of `api`'s objects current: a trigger whose
@@ -198,7 +284,7 @@ where
     use kube::runtime::WatchStreamExt;
     touched_after_sync(
         kube::runtime::watcher(api, watcher_config())
-            .backoff(watch_backoff())
+            .backoff(watch_backoff(&K::kind(&())))
             .inspect(list_timer::<K>())
             .modify(slim)
             .reflect(writer),
@@ -218,7 +304,7 @@ pub fn reflected_events<K: Watched>(
     use futures::StreamExt;
     use kube::runtime::WatchStreamExt;
     kube::runtime::watcher(api, config)
-        .backoff(watch_backoff())
+        .backoff(watch_backoff(&K::kind(&())))
         .inspect(list_timer::<K>())
         .modify(strip_managed_fields)
         .reflect(writer)
@@ -522,6 +608,44 @@ mod watch_backoff_tests {
     }
 
     #[test]
+    fn each_failure_a_watch_backs_off_from_is_counted_by_kind_and_exported() {
+        use kube::runtime::utils::Backoff as _;
+        let count = |kind: &str| {
+            super::watch_failures()
+                .into_iter()
+                .find(|(k, _)| k == kind)
+                .map(|(_, n)| n)
+        };
+        // Two watches of one kind share its count; another kind counts apart.
+        let (mut a, mut b) = (
+            super::watch_backoff("CountedKind"),
+            super::watch_backoff("CountedKind"),
+        );
+        let mut other = super::watch_backoff("OtherCountedKind");
+        assert_eq!(count("CountedKind"), Some(0));
+        a.next();
+        a.next();
+        a.reset();
+        b.next();
+        other.next();
+        assert_eq!(count("CountedKind"), Some(3));
+        assert_eq!(count("OtherCountedKind"), Some(1));
+
+        let mut registry = prometheus_client::registry::Registry::with_prefix("test");
+        registry.register_collector(Box::new(super::WatchFailureMetrics));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains("# TYPE test_watch_failures counter"),
+            "{text}"
+        );
+        assert!(
+            text.contains("test_watch_failures_total{kind=\"CountedKind\"} 3"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn a_longest_wait_below_the_first_delay_still_waits() {
         let waits: Vec<Duration> =
             super::jittered_within(Duration::from_millis(250), Duration::from_millis(100))
@@ -566,7 +690,9 @@ mod watch_error_tests {
     async fn a_controller_relists_after_a_watch_error_with_nothing_else_waking_it() {
         let (reader, writer) = reflector::store::<ConfigMap>();
         let (watch, events) = mpsc::unbounded::<Result<Event<ConfigMap>, Error>>();
-        let events = events.backoff(super::watch_backoff()).reflect(writer);
+        let events = events
+            .backoff(super::watch_backoff("ConfigMap"))
+            .reflect(writer);
         let (reconciled, mut names) = mpsc::unbounded::<String>();
         let controller =
             kube::runtime::Controller::for_stream(super::synced_objects(events, false), reader)

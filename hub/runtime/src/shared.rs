@@ -38,7 +38,7 @@ impl<K: Watched> SharedWatch<K> {
     pub fn new(api: kube::Api<K>, slim: fn(&mut K)) -> Self {
         let (store, writer) = reflector::store();
         let events = watch(api, crate::watcher_config())
-            .backoff(crate::watch_backoff())
+            .backoff(crate::watch_backoff(&K::kind(&())))
             .inspect(crate::list_timer::<K>())
             .modify(slim)
             .reflect(writer)

@@ -98,7 +98,7 @@ where
         Api::<PartialObjectMeta<K>>::all(client.clone()),
         fleethub_runtime::watcher_config(),
     )
-    .backoff(fleethub_runtime::watch_backoff())
+    .backoff(fleethub_runtime::watch_backoff(&kind))
     .inspect(fleethub_runtime::list_timer::<PartialObjectMeta<K>>())
     .filter_map(move |event| {
         let changed = match event {

@@ -139,7 +139,7 @@ pub(super) fn deletions(
     use kube::runtime::{WatchStreamExt, watcher};
     let api: Api<PartialObjectMeta<UpdateRunPlan>> = Api::all(client);
     watcher(api, fleethub_runtime::watcher_config())
-        .backoff(fleethub_runtime::watch_backoff())
+        .backoff(fleethub_runtime::watch_backoff(&UpdateRunPlan::kind(&())))
         .filter_map(move |event| {
             let run = match event {
                 Ok(watcher::Event::Delete(plan)) => {
