@@ -373,8 +373,14 @@ mod transient_retry_tests {
         (service, calls)
     }
 
-    fn get(path: &str) -> http::Request<Body> {
-        http::Request::get(path).body(Body::empty()).unwrap()
+    /// `GET path` through `client`, answered.
+    async fn get<S>(client: &mut S, path: &str) -> http::Response<()>
+    where
+        S: Service<http::Request<Body>, Response = http::Response<()>>,
+        S::Error: std::fmt::Debug,
+    {
+        let request = http::Request::get(path).body(Body::empty()).unwrap();
+        client.ready().await.unwrap().call(request).await.unwrap()
     }
 
     #[tokio::test(start_paused = true)]
@@ -382,13 +388,7 @@ mod transient_retry_tests {
         let (inner, calls) = server(2, (503, Some("5")));
         let mut client = limited_and_retried(4, MAX_WAIT).layer(inner);
         let started = tokio::time::Instant::now();
-        let response = client
-            .ready()
-            .await
-            .unwrap()
-            .call(get("/busy"))
-            .await
-            .unwrap();
+        let response = get(&mut client, "/busy").await;
         assert_eq!(response.status(), 200);
         assert_eq!(calls.load(Ordering::SeqCst), 3);
         // Two waits of at most 1 s each, where the server's Retry-After said 5 s each.
@@ -399,13 +399,7 @@ mod transient_retry_tests {
     async fn transient_answers_are_retried_a_bounded_number_of_times() {
         let (inner, calls) = server(u32::MAX, (429, Some("1")));
         let mut client = limited_and_retried(4, MAX_WAIT).layer(inner);
-        let response = client
-            .ready()
-            .await
-            .unwrap()
-            .call(get("/busy"))
-            .await
-            .unwrap();
+        let response = get(&mut client, "/busy").await;
         assert_eq!(response.status(), 429);
         assert_eq!(calls.load(Ordering::SeqCst), TRANSIENT_RETRIES + 1);
     }
@@ -415,13 +409,7 @@ mod transient_retry_tests {
         for status in [200, 404, 409, 410, 422, 500] {
             let (inner, calls) = server(1, (status, None));
             let mut client = limited_and_retried(4, MAX_WAIT).layer(inner);
-            let response = client
-                .ready()
-                .await
-                .unwrap()
-                .call(get("/busy"))
-                .await
-                .unwrap();
+            let response = get(&mut client, "/busy").await;
             assert_eq!(response.status(), status);
             assert_eq!(calls.load(Ordering::SeqCst), 1, "{status}");
         }
@@ -436,25 +424,11 @@ mod transient_retry_tests {
         let mut retried = client.clone();
         let mut other = client.clone();
         // Polled first: the retried request takes the slot before the other one asks.
-        let busy = std::pin::pin!(async move {
-            retried
-                .ready()
-                .await
-                .unwrap()
-                .call(get("/busy"))
-                .await
-                .unwrap()
-        });
+        let busy = std::pin::pin!(async move { get(&mut retried, "/busy").await });
         let answered = std::pin::pin!(async move {
             tokio::time::sleep(Duration::from_millis(10)).await;
             let started = tokio::time::Instant::now();
-            let response = other
-                .ready()
-                .await
-                .unwrap()
-                .call(get("/other"))
-                .await
-                .unwrap();
+            let response = get(&mut other, "/other").await;
             (response.status(), started.elapsed())
         });
         match futures::future::select(busy, answered).await {
