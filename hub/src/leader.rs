@@ -317,7 +317,7 @@ impl LeaderElector {
                 self.api.clone(),
                 fleethub_runtime::watcher_config().fields(&selector)
             )
-            .default_backoff()
+            .backoff(fleethub_runtime::watch_backoff("Lease"))
             .applied_objects()
             .filter(|lease| std::future::ready(lease.as_ref().is_ok_and(is_released)))
         );

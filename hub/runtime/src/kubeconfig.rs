@@ -119,7 +119,13 @@ impl TransientRetry {
             .build()
             .nth(self.attempt as usize)
             .unwrap_or(self.max_wait);
-        ours.max(server.unwrap_or_default()).min(self.max_wait)
+        let wanted = ours.max(server.unwrap_or_default());
+        match wanted < self.max_wait {
+            true => wanted,
+            // Capped: jittered between half the bound and all of it, so that the clients of
+            // many processes told the same `Retry-After` do not all come back at once.
+            false => self.max_wait.mul_f64(0.5 + fastrand::f64() / 2.0),
+        }
     }
 }
 
@@ -393,6 +399,35 @@ mod transient_retry_tests {
         assert_eq!(calls.load(Ordering::SeqCst), 3);
         // Two waits of at most 1 s each, where the server's Retry-After said 5 s each.
         assert!(started.elapsed() <= 2 * MAX_WAIT, "{:?}", started.elapsed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_retry_after_below_the_bound_is_waited_out() {
+        // Our own first waits are 250-500 ms; the server asks for 1 s each time.
+        let (inner, calls) = server(2, (429, Some("1")));
+        let mut client = limited_and_retried(4, Duration::from_secs(5)).layer(inner);
+        let started = tokio::time::Instant::now();
+        let response = get(&mut client, "/busy").await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        assert!(
+            started.elapsed() >= Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn a_wait_at_the_bound_is_jittered() {
+        let policy = TransientRetry::new(MAX_WAIT);
+        let waits: Vec<Duration> = (0..50)
+            .map(|_| policy.wait(Some(Duration::from_secs(5))))
+            .collect();
+        assert!(
+            waits.iter().all(|w| *w >= MAX_WAIT / 2 && *w <= MAX_WAIT),
+            "{waits:?}"
+        );
+        assert!(waits.iter().any(|w| *w != waits[0]), "{waits:?}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -55,9 +55,10 @@ pub async fn run(member: Client, clock: Arc<dyn Clock>, shutdown: CancellationTo
         prometheus,
     });
     controller
-        .watches(
-            Api::<StatefulSet>::all(member),
-            fleethub_runtime::watcher_config(),
+        // A trigger of fleethub's (bounded, counted backoff; errors not passed to the
+        // controller): kube's `watches` retries without a backoff.
+        .watches_stream(
+            fleethub_runtime::watch_stream(Api::<StatefulSet>::all(member)),
             move |sts: StatefulSet| {
                 let ns = sts.namespace().unwrap_or_default();
                 let name = sts.name_any();
