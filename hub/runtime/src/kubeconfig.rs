@@ -23,7 +23,11 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, Error> {
         }
         None => Config::infer().await?,
     };
-    let builder = kube::client::ClientBuilder::try_from(with_timeouts(config))?;
+    let mut config = with_timeouts(config);
+    // kube's own retry (up to 15 times, each wait as long as the server's `Retry-After` or up
+    // to 1,000 s) is replaced by [`TransientRetry`], in the layers added below.
+    config.default_retry = false;
+    let builder = kube::client::ClientBuilder::try_from(config)?;
     Ok(builder
         .with_layer(&limited_and_retried(
             MAX_CONCURRENT_REQUESTS,
@@ -85,9 +89,6 @@ fn with_timeouts(mut config: Config) -> Config {
     config.read_timeout = Some(READ_TIMEOUT);
     // Count from when a request is sent, not from when its pooled connection went idle.
     config.reset_reader_on_write = true;
-    // kube's own retry (up to 15 times, each wait as long as the server's `Retry-After` or up
-    // to 1,000 s) is replaced by [`TransientRetry`].
-    config.default_retry = false;
     config
 }
 
