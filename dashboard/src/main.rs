@@ -45,10 +45,15 @@ struct Args {
     log_format: fleethub_runtime::logging::LogFormat,
 }
 
+/// The longest a page's request to the hub, answered 429/503/504, waits before it is sent
+/// again: someone is waiting for the page (the agents' 5 s spreads thousands of clients).
+const RETRY_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     fleethub_runtime::logging::init(args.log_format);
+    fleethub_runtime::set_retry_wait_max(RETRY_WAIT_MAX);
     let reviewer_token = match &args.reviewer_token_file {
         Some(p) => Some(
             std::fs::read_to_string(p)

@@ -49,7 +49,7 @@ impl Hub {
         let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
         let reviewer = Some(match reviewer_token {
             Some(t) => client_with_token(&config, &t)?,
-            None => Client::try_from(config.clone())?,
+            None => fleethub_runtime::kubeconfig::client_for(config.clone())?,
         });
         Ok(Self {
             base: config,
@@ -61,7 +61,7 @@ impl Hub {
     /// CA from the pod), reviewing tokens with the pod's ServiceAccount.
     pub fn in_cluster() -> anyhow::Result<Self> {
         let config = Config::incluster()?;
-        let reviewer = Some(Client::try_from(config.clone())?);
+        let reviewer = Some(fleethub_runtime::kubeconfig::client_for(config.clone())?);
         Ok(Self {
             base: config,
             reviewer,
@@ -138,13 +138,16 @@ impl Hub {
     }
 }
 
+/// A client acting as the owner of `token`, with the fleet's timeouts, request limit and
+/// bounded retry (kube's own retry honours a restarting API server's `Retry-After: 5` up to 15
+/// times, and kube sets no read timeout: a page could hang on a dropped connection).
 fn client_with_token(base: &Config, token: &str) -> anyhow::Result<Client> {
     let mut config = base.clone();
     config.auth_info = AuthInfo {
         token: Some(token.to_string().into()),
         ..Default::default()
     };
-    Ok(Client::try_from(config)?)
+    Ok(fleethub_runtime::kubeconfig::client_for(config)?)
 }
 
 /// Pages read what they show from the hub API server's watch cache (`resourceVersion=0`), not

@@ -23,6 +23,14 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, Error> {
         }
         None => Config::infer().await?,
     };
+    client_for(config)
+}
+
+/// A client for `config` with fleethub's timeouts ([`READ_TIMEOUT`]), request limit
+/// ([`MAX_CONCURRENT_REQUESTS`]) and bounded retry ([`TransientRetry`]), as [`client`] makes
+/// them; for a process that builds its own `Config` (the dashboard: one per signed-in user).
+/// Must be called within a tokio runtime.
+pub fn client_for(config: Config) -> Result<Client, Error> {
     let mut config = with_timeouts(config);
     // kube's own retry (up to 15 times, each wait as long as the server's `Retry-After` or up
     // to 1,000 s) is replaced by [`TransientRetry`], in the layers added below.
