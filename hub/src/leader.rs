@@ -23,7 +23,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::PostParams;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
 use prometheus_client::metrics::gauge::Gauge;
 use tokio_util::sync::CancellationToken;
@@ -313,11 +313,10 @@ impl LeaderElector {
         // releasing: its record must age for the lease duration anyway).
         let selector = format!("metadata.name={}", self.config.name);
         let mut released = std::pin::pin!(
-            watcher::watcher(
+            fleethub_runtime::watch(
                 self.api.clone(),
                 fleethub_runtime::watcher_config().fields(&selector)
             )
-            .backoff(fleethub_runtime::watch_backoff("Lease"))
             .applied_objects()
             .filter(|lease| std::future::ready(lease.as_ref().is_ok_and(is_released)))
         );

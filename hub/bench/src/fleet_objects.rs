@@ -214,10 +214,10 @@ where
     K: fleethub_runtime::Watched,
 {
     let (store, writer) = reflector::store::<K>();
-    let mut events = watcher(api, fleethub_runtime::watcher_config().labels(labels))
-        .backoff(fleethub_runtime::watch_backoff(&K::kind(&())))
-        .reflect(writer)
-        .boxed();
+    let mut events =
+        fleethub_runtime::watch(api, fleethub_runtime::watcher_config().labels(labels))
+            .reflect(writer)
+            .boxed();
     // The store is complete once the initial list is done; check after every event from then.
     let wait = async {
         let mut listed = false;
@@ -278,9 +278,7 @@ async fn wait_each_namespace_has<K: fleethub_runtime::Watched>(
     namespaces: &HashSet<String>,
 ) -> anyhow::Result<()> {
     let config = fleethub_runtime::watcher_config().fields(&format!("metadata.name={name}"));
-    let mut events = watcher(api, config)
-        .backoff(fleethub_runtime::watch_backoff(&K::kind(&())))
-        .boxed();
+    let mut events = fleethub_runtime::watch(api, config).boxed();
     let mut have: HashSet<String> = HashSet::new();
     let mut listed = false;
     let wanted = |o: &K| o.namespace().filter(|ns| namespaces.contains(ns));
@@ -408,8 +406,7 @@ pub async fn clean_up(client: &Client, timeout: Duration) -> anyhow::Result<Dura
             || names::cluster_of_namespace(&name).is_some_and(|c| c.starts_with(MEMBER_PREFIX))
     };
     let (store, writer) = reflector::store::<Namespace>();
-    let mut events = watcher(namespaces, fleethub_runtime::watcher_config())
-        .backoff(fleethub_runtime::watch_backoff("Namespace"))
+    let mut events = fleethub_runtime::watch(namespaces, fleethub_runtime::watcher_config())
         .reflect(writer)
         .boxed();
     let wait = async {

@@ -88,7 +88,13 @@ pub(crate) fn record<K>(
 {
     tokio::spawn(async move {
         let config = watcher::Config::default().labels(&labels);
-        let mut events = watcher(api, config).applied_objects().boxed();
+        // Backed off after a failure: without, a watch refused by a member's API server is
+        // asked again at once, in a loop.
+        let kind = K::kind(&K::DynamicType::default()).to_string();
+        let mut events = watcher(api, config)
+            .backoff(fleethub_runtime::watch_backoff(&kind))
+            .applied_objects()
+            .boxed();
         while let Some(event) = events.next().await {
             if let Ok(o) = event
                 && let Some(v) = value(&o)

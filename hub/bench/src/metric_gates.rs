@@ -16,7 +16,7 @@ use fleethub_crds::{StagedUpdateStrategy, UpdateRun};
 use futures::StreamExt;
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::WatchStreamExt;
 use serde_json::json;
 
 use crate::report::{Scenario, fill};
@@ -196,8 +196,7 @@ fn watch_gates(client: kube::Client) -> (tokio::task::JoinHandle<()>, Passed) {
     let seen = passed.clone();
     let task = tokio::spawn(async move {
         let cfg = fleethub_runtime::watcher_config().labels(&format!("{BENCH_LABEL}=true"));
-        let mut runs = watcher(Api::<UpdateRun>::all(client), cfg)
-            .backoff(fleethub_runtime::watch_backoff("UpdateRun"))
+        let mut runs = fleethub_runtime::watch(Api::<UpdateRun>::all(client), cfg)
             .applied_objects()
             .boxed();
         while let Some(next) = runs.next().await {

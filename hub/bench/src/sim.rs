@@ -193,8 +193,7 @@ impl Drop for Simulation {
 fn work_changes(
     api: Api<Work>,
 ) -> futures::stream::BoxStream<'static, Result<Work, watcher::Error>> {
-    watcher(api, fleethub_runtime::watcher_config())
-        .backoff(fleethub_runtime::watch_backoff("Work"))
+    fleethub_runtime::watch(api, fleethub_runtime::watcher_config())
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default())
         .boxed()
@@ -449,10 +448,7 @@ pub fn watch_runs(client: Client, timeline: Arc<Timeline>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let api: Api<UpdateRun> = Api::all(client.clone());
         let cfg = fleethub_runtime::watcher_config().labels(&format!("{BENCH_LABEL}=true"));
-        let mut runs = watcher(api, cfg)
-            .backoff(fleethub_runtime::watch_backoff("UpdateRun"))
-            .applied_objects()
-            .boxed();
+        let mut runs = fleethub_runtime::watch(api, cfg).applied_objects().boxed();
         // The runs' UpdateRunPlans (the order of their large stages' clusters), each read once.
         let plans_api: Api<UpdateRunPlan> = Api::all(client);
         let mut plans: HashMap<String, UpdateRunPlan> = HashMap::new();
@@ -495,10 +491,7 @@ pub fn watch_provisioning(client: Client, timeline: Arc<Timeline>) -> JoinHandle
     tokio::spawn(async move {
         let api: Api<ServiceAccount> = Api::all(client);
         let cfg = fleethub_runtime::watcher_config().fields("metadata.name=member-agent");
-        let mut accounts = watcher(api, cfg)
-            .backoff(fleethub_runtime::watch_backoff("ServiceAccount"))
-            .applied_objects()
-            .boxed();
+        let mut accounts = fleethub_runtime::watch(api, cfg).applied_objects().boxed();
         while let Some(next) = accounts.next().await {
             let Ok(sa) = next else { continue };
             let at = Instant::now();

@@ -97,23 +97,28 @@ pub fn watcher_config() -> kube::runtime::watcher::Config {
         .timeout(WATCH_TIMEOUT_SECONDS)
 }
 
+/// `api`'s watch events with `config`, and the fleet's bounded backoff after a failure, counted
+/// by kind ([`watch_backoff`]): every watch of fleethub's processes starts here (or, for kinds
+/// known only at run time, from `watch_backoff` with the kind's name).
+pub fn watch<K: Watched>(
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+) -> impl futures::Stream<Item = Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>>
++ Send
++ 'static {
+    use kube::runtime::WatchStreamExt;
+    kube::runtime::watcher(api, config).backoff(watch_backoff(&K::kind(&())))
+}
+
 /// Changed (or deleted) objects of `api`, watched with [`watcher_config`] and [`watch_backoff`]:
 /// a trigger for `Controller::owns_stream` / `watches_stream`.
 pub fn watch_stream<K>(
     api: kube::Api<K>,
 ) -> impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + 'static,
+    K: Watched,
 {
-    use kube::runtime::WatchStreamExt;
-    touched_after_sync(
-        kube::runtime::watcher(api, watcher_config()).backoff(watch_backoff(&K::kind(&()))),
-    )
+    touched_after_sync(watch(api, watcher_config()))
 }
 
 /// Like [`watch_stream`], and keeps `writer`'s store of `api`'s objects current: a trigger whose
@@ -156,8 +161,7 @@ where
     use futures::StreamExt;
     use kube::runtime::WatchStreamExt;
     touched_after_sync(
-        kube::runtime::watcher(api, watcher_config())
-            .backoff(watch_backoff(&K::kind(&())))
+        watch(api, watcher_config())
             .inspect(list_timer::<K>())
             .modify(slim)
             .reflect(writer),
@@ -176,8 +180,7 @@ pub fn reflected_events<K: Watched>(
 + 'static {
     use futures::StreamExt;
     use kube::runtime::WatchStreamExt;
-    kube::runtime::watcher(api, config)
-        .backoff(watch_backoff(&K::kind(&())))
+    watch(api, config)
         .inspect(list_timer::<K>())
         .modify(strip_managed_fields)
         .reflect(writer)

@@ -9,7 +9,7 @@ use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::{WatchStreamExt, watcher as watch};
+use kube::runtime::WatchStreamExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::Watched;
@@ -37,8 +37,7 @@ impl<K: Watched> SharedWatch<K> {
     /// the store keeps it (what every subscriber's reconciles read must stay).
     pub fn new(api: kube::Api<K>, slim: fn(&mut K)) -> Self {
         let (store, writer) = reflector::store();
-        let events = watch(api, crate::watcher_config())
-            .backoff(crate::watch_backoff(&K::kind(&())))
+        let events = crate::watch(api, crate::watcher_config())
             .inspect(crate::list_timer::<K>())
             .modify(slim)
             .reflect(writer)

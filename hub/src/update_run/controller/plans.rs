@@ -136,19 +136,17 @@ pub(super) fn deletions(
     ctx: Arc<Context>,
 ) -> impl futures::Stream<Item = ObjectRef<UpdateRun>> + Send + 'static {
     use kube::core::PartialObjectMeta;
-    use kube::runtime::{WatchStreamExt, watcher};
+    use kube::runtime::watcher;
     let api: Api<PartialObjectMeta<UpdateRunPlan>> = Api::all(client);
-    watcher(api, fleethub_runtime::watcher_config())
-        .backoff(fleethub_runtime::watch_backoff(&UpdateRunPlan::kind(&())))
-        .filter_map(move |event| {
-            let run = match event {
-                Ok(watcher::Event::Delete(plan)) => {
-                    let name = plan.name_any();
-                    ctx.plans.forget(&name);
-                    Some(ObjectRef::new(&name))
-                }
-                _ => None,
-            };
-            std::future::ready(run)
-        })
+    fleethub_runtime::watch(api, fleethub_runtime::watcher_config()).filter_map(move |event| {
+        let run = match event {
+            Ok(watcher::Event::Delete(plan)) => {
+                let name = plan.name_any();
+                ctx.plans.forget(&name);
+                Some(ObjectRef::new(&name))
+            }
+            _ => None,
+        };
+        std::future::ready(run)
+    })
 }
