@@ -101,7 +101,7 @@ fn with_timeouts(mut config: Config) -> Config {
 }
 
 /// The client's retry of answers that say "not now" (429 Too Many Requests, 503 Service
-/// Unavailable, 504 Gateway Timeout), as kube's default retry but with a bounded wait: at most
+/// Unavailable, 504 Gateway Timeout but for a create), as kube's default retry but with a bounded wait: at most
 /// [`TRANSIENT_RETRIES`] times, each wait [`crate::WATCH_BACKOFF`]'s jittered doubling or the
 /// server's `Retry-After` if longer, never longer than the process's longest wait
 /// ([`crate::set_retry_wait_max`]). A restarted API server answers 503 with `Retry-After: 5`
@@ -156,12 +156,15 @@ impl<Res, E> tower::retry::Policy<http::Request<kube::client::Body>, http::Respo
     ) -> Option<Self::Future> {
         let response = result.as_ref().ok()?;
         let status = response.status();
-        let transient = matches!(
-            status,
-            http::StatusCode::TOO_MANY_REQUESTS
-                | http::StatusCode::SERVICE_UNAVAILABLE
-                | http::StatusCode::GATEWAY_TIMEOUT
-        );
+        let transient = match status {
+            // Not served: the API server did not act on the request.
+            http::StatusCode::TOO_MANY_REQUESTS | http::StatusCode::SERVICE_UNAVAILABLE => true,
+            // Timed out, perhaps after it was acted on. Sent again, every request but a create
+            // finds the same outcome; a create would be refused as AlreadyExists, hiding that
+            // the first one worked, so its caller sees the timeout instead.
+            http::StatusCode::GATEWAY_TIMEOUT => request.method() != http::Method::POST,
+            _ => false,
+        };
         if !transient || self.attempt >= TRANSIENT_RETRIES {
             return None;
         }
@@ -446,6 +449,23 @@ mod transient_retry_tests {
         let response = get(&mut client, "/busy").await;
         assert_eq!(response.status(), 429);
         assert_eq!(calls.load(Ordering::SeqCst), TRANSIENT_RETRIES + 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_create_that_timed_out_is_not_sent_again() {
+        let (inner, calls) = server(1, (504, None));
+        let mut client = limited_and_retried(4, MAX_WAIT).layer(inner);
+        let request = http::Request::post("/busy")
+            .body(Body::from(b"{}".to_vec()))
+            .unwrap();
+        let response = client.ready().await.unwrap().call(request).await.unwrap();
+        assert_eq!(response.status(), 504);
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        // A read that timed out is.
+        let (inner, calls) = server(1, (504, None));
+        let mut client = limited_and_retried(4, MAX_WAIT).layer(inner);
+        assert_eq!(get(&mut client, "/busy").await.status(), 200);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test(start_paused = true)]

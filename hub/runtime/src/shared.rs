@@ -7,9 +7,9 @@
 use futures::channel::mpsc;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::Watched;
