@@ -101,12 +101,13 @@ fn with_timeouts(mut config: Config) -> Config {
 }
 
 /// The client's retry of answers that say "not now" (429 Too Many Requests, 503 Service
-/// Unavailable, 504 Gateway Timeout but for a create), as kube's default retry but with a bounded wait: at most
-/// [`TRANSIENT_RETRIES`] times, each wait [`crate::WATCH_BACKOFF`]'s jittered doubling or the
-/// server's `Retry-After` if longer, never longer than the process's longest wait
-/// ([`crate::set_retry_wait_max`]). A restarted API server answers 503 with `Retry-After: 5`
-/// until its paths are installed (about a second): kube's retry honoured the 5 s, so every
-/// watch and request of the hub sent in that second waited 5 s, past the hub's own bound.
+/// Unavailable, 504 Gateway Timeout except to a create), as kube's default retry but with a
+/// bounded wait: at most [`TRANSIENT_RETRIES`] times, each wait [`crate::WATCH_BACKOFF`]'s
+/// jittered doubling or the server's `Retry-After` if longer, never longer than the process's
+/// longest wait ([`crate::set_retry_wait_max`]). A restarted API server answers 503 with
+/// `Retry-After: 5` until its paths are installed (about a second): kube's retry honoured the
+/// 5 s, so every watch and request of the hub sent in that second waited 5 s, past the hub's own
+/// bound.
 #[derive(Clone, Debug)]
 pub(crate) struct TransientRetry {
     attempt: u32,
