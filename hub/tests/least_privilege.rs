@@ -7,7 +7,9 @@
 //! The run's last stage is over 100 clusters, so the hub writes the run's UpdateRunPlan, and the
 //! hub is killed while the run waits for its approval: the one started after it reads that plan
 //! back. The fleet's own hub is stopped meanwhile (it would do the work) and started again
-//! afterwards, also when the test fails.
+//! afterwards, also when the test fails. The base's FlowSchemas are applied too, and the API
+//! server's own counters show the hub's requests dispatched under them: its leader Lease at the
+//! `leader-election` priority, the rest at `workload-high`, not among the agents.
 
 mod common;
 mod hub_process;
@@ -68,9 +70,10 @@ fn kubectl(fleet: &Fleet, args: &[&str], stdin: Option<&str>) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// Applies the hub's identity and RBAC from the kustomize base (not its Deployment: the hub
-/// runs here as a local process); `cleanup` deletes the objects that did not exist before.
-fn apply_hub_rbac(fleet: &Fleet, cleanup: &Cleanup) {
+/// Applies the hub's identity, RBAC and FlowSchemas from the kustomize base (not its
+/// Deployment: the hub runs here as a local process); `cleanup` deletes the objects that did not
+/// exist before.
+fn apply_hub_identity(fleet: &Fleet, cleanup: &Cleanup) {
     let dir = repo_root().join("deploy/hub");
     let rendered = kubectl(fleet, &["kustomize", dir.to_str().unwrap()], None);
     let wanted = [
@@ -80,6 +83,7 @@ fn apply_hub_rbac(fleet: &Fleet, cleanup: &Cleanup) {
         "ClusterRoleBinding",
         "Role",
         "RoleBinding",
+        "FlowSchema",
     ];
     let mut docs = Vec::new();
     for doc in serde_norway::Deserializer::from_str(&rendered) {
@@ -89,7 +93,10 @@ fn apply_hub_rbac(fleet: &Fleet, cleanup: &Cleanup) {
             docs.push(serde_norway::to_string(&v).unwrap());
         }
     }
-    assert!(docs.len() >= 8, "the base has the hub's RBAC: {docs:?}");
+    assert!(
+        docs.len() >= 10,
+        "the base has the hub's RBAC and FlowSchemas: {docs:?}"
+    );
     kubectl(
         fleet,
         &[
@@ -182,7 +189,8 @@ async fn start_hub(kubeconfig: &std::path::Path, lease: &str) -> HubProcess {
 async fn the_hub_works_with_the_rbac_of_its_manifests() {
     let fleet = Fleet::get().unwrap();
     let cleanup = Cleanup::new(fleet);
-    apply_hub_rbac(fleet, &cleanup);
+    apply_hub_identity(fleet, &cleanup);
+    let dispatched_before = dispatched(fleet);
     let kubeconfig = service_account_kubeconfig(fleet);
 
     // The token really is not admin.
@@ -300,5 +308,46 @@ async fn the_hub_works_with_the_rbac_of_its_manifests() {
             .collect::<Vec<_>>()
     };
     assert!(errors.is_empty(), "{errors:?}\n{log}");
+
+    let dispatched_after = dispatched(fleet);
+    for (schema, level) in [
+        ("fleethub-hub-leader-election", "leader-election"),
+        ("fleethub-hub", "workload-high"),
+    ] {
+        let key = (schema.to_string(), level.to_string());
+        let before = dispatched_before.get(&key).copied().unwrap_or(0.0);
+        let after = dispatched_after.get(&key).copied().unwrap_or(0.0);
+        assert!(
+            after > before,
+            "the hub's requests were dispatched under FlowSchema {schema} at priority {level} \
+             ({before} before the test, {after} after); every count: {dispatched_after:?}"
+        );
+    }
     let _ = std::fs::remove_file(&kubeconfig);
+}
+
+/// The hub API server's count of requests dispatched, by (FlowSchema, priority level), from its
+/// own metrics.
+fn dispatched(fleet: &Fleet) -> std::collections::BTreeMap<(String, String), f64> {
+    let text = kubectl(fleet, &["get", "--raw", "/metrics"], None);
+    let label = |line: &str, name: &str| {
+        let start = line.find(&format!("{name}=\""))? + name.len() + 2;
+        let len = line[start..].find('"')?;
+        Some(line[start..start + len].to_string())
+    };
+    let mut counts = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        if !line.starts_with("apiserver_flowcontrol_dispatched_requests_total{") {
+            continue;
+        }
+        let (Some(schema), Some(level), Some(value)) = (
+            label(line, "flow_schema"),
+            label(line, "priority_level"),
+            line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()),
+        ) else {
+            continue;
+        };
+        *counts.entry((schema, level)).or_insert(0.0) += value;
+    }
+    counts
 }
