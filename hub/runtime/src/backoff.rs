@@ -8,7 +8,8 @@ use crate::retry;
 /// The longest wait is [`WATCH_BACKOFF`]'s `max` (5 s) unless the process chose another with
 /// [`set_retry_wait_max`]. (kube's default grows to 30 s and resets only after 120 s quiet, so
 /// an API server restart soon after another one left changes unseen for minutes.) The clients of
-/// [`crate::kubeconfig::client`] retry a 429, 503 or 504 answer with the same delays.
+/// [`crate::kubeconfig::client`] retry a 429 or 503 answer, and a 504 to anything but a create,
+/// with the same delays.
 pub const WATCH_BACKOFF: retry::Backoff = retry::Backoff::new(
     std::time::Duration::from_millis(250),
     std::time::Duration::from_secs(5),
