@@ -190,7 +190,7 @@ async fn the_hub_works_with_the_rbac_of_its_manifests() {
     let fleet = Fleet::get().unwrap();
     let cleanup = Cleanup::new(fleet);
     apply_hub_identity(fleet, &cleanup);
-    let dispatched_before = dispatched(fleet);
+    let metrics_before = api_server_metrics(fleet);
     let kubeconfig = service_account_kubeconfig(fleet);
 
     // The token really is not admin.
@@ -309,45 +309,31 @@ async fn the_hub_works_with_the_rbac_of_its_manifests() {
     };
     assert!(errors.is_empty(), "{errors:?}\n{log}");
 
-    let dispatched_after = dispatched(fleet);
+    let metrics_after = api_server_metrics(fleet);
     for (schema, level) in [
         ("fleethub-hub-leader-election", "leader-election"),
         ("fleethub-hub", "workload-high"),
     ] {
-        let key = (schema.to_string(), level.to_string());
-        let before = dispatched_before.get(&key).copied().unwrap_or(0.0);
-        let after = dispatched_after.get(&key).copied().unwrap_or(0.0);
+        let labels = format!("flow_schema=\"{schema}\",priority_level=\"{level}\"");
+        let before = hub_process::sum_with(&metrics_before, DISPATCHED, &labels);
+        let after = hub_process::sum_with(&metrics_after, DISPATCHED, &labels);
+        let counts: Vec<&str> = metrics_after
+            .lines()
+            .filter(|l| l.starts_with(DISPATCHED))
+            .collect();
         assert!(
             after > before,
             "the hub's requests were dispatched under FlowSchema {schema} at priority {level} \
-             ({before} before the test, {after} after); every count: {dispatched_after:?}"
+             ({before} before the test, {after} after); every count: {counts:#?}"
         );
     }
     let _ = std::fs::remove_file(&kubeconfig);
 }
 
-/// The hub API server's count of requests dispatched, by (FlowSchema, priority level), from its
-/// own metrics.
-fn dispatched(fleet: &Fleet) -> std::collections::BTreeMap<(String, String), f64> {
-    let text = kubectl(fleet, &["get", "--raw", "/metrics"], None);
-    let label = |line: &str, name: &str| {
-        let start = line.find(&format!("{name}=\""))? + name.len() + 2;
-        let len = line[start..].find('"')?;
-        Some(line[start..start + len].to_string())
-    };
-    let mut counts = std::collections::BTreeMap::new();
-    for line in text.lines() {
-        if !line.starts_with("apiserver_flowcontrol_dispatched_requests_total{") {
-            continue;
-        }
-        let (Some(schema), Some(level), Some(value)) = (
-            label(line, "flow_schema"),
-            label(line, "priority_level"),
-            line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()),
-        ) else {
-            continue;
-        };
-        *counts.entry((schema, level)).or_insert(0.0) += value;
-    }
-    counts
+/// The API server's count of requests dispatched, by FlowSchema and priority level.
+const DISPATCHED: &str = "apiserver_flowcontrol_dispatched_requests_total";
+
+/// The hub API server's own metrics (in which [`DISPATCHED`] is read).
+fn api_server_metrics(fleet: &Fleet) -> String {
+    kubectl(fleet, &["get", "--raw", "/metrics"], None)
 }

@@ -83,16 +83,13 @@ pub(crate) fn record<K>(
     seen: Seen,
     value: impl Fn(&K) -> Option<String> + Send + 'static,
 ) where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    K: fleethub_runtime::Watched,
 {
     tokio::spawn(async move {
         let config = watcher::Config::default().labels(&labels);
         // Backed off after a failure: without, a watch refused by a member's API server is
         // asked again at once, in a loop.
-        let kind = K::kind(&K::DynamicType::default()).to_string();
-        let mut events = watcher(api, config)
-            .backoff(fleethub_runtime::watch_backoff(&kind))
+        let mut events = fleethub_runtime::watch(api, config)
             .applied_objects()
             .boxed();
         while let Some(event) = events.next().await {

@@ -392,14 +392,26 @@ mod transient_retry_tests {
         (service, calls)
     }
 
+    /// `request` through `client`, answered.
+    async fn send<S>(client: &mut S, request: http::Request<Body>) -> http::Response<()>
+    where
+        S: Service<http::Request<Body>, Response = http::Response<()>>,
+        S::Error: std::fmt::Debug,
+    {
+        client.ready().await.unwrap().call(request).await.unwrap()
+    }
+
     /// `GET path` through `client`, answered.
     async fn get<S>(client: &mut S, path: &str) -> http::Response<()>
     where
         S: Service<http::Request<Body>, Response = http::Response<()>>,
         S::Error: std::fmt::Debug,
     {
-        let request = http::Request::get(path).body(Body::empty()).unwrap();
-        client.ready().await.unwrap().call(request).await.unwrap()
+        send(
+            client,
+            http::Request::get(path).body(Body::empty()).unwrap(),
+        )
+        .await
     }
 
     #[tokio::test(start_paused = true)]
@@ -459,7 +471,7 @@ mod transient_retry_tests {
         let request = http::Request::post("/busy")
             .body(Body::from(b"{}".to_vec()))
             .unwrap();
-        let response = client.ready().await.unwrap().call(request).await.unwrap();
+        let response = send(&mut client, request).await;
         assert_eq!(response.status(), 504);
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         // A read that timed out is.
