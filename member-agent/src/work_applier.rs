@@ -183,10 +183,14 @@ pub async fn run(ctx: Arc<Context>, health: Health, shutdown: CancellationToken)
         .reconcile_on(member_changes)
         // A phased rollout's progress decides its Work's availability (the agent's own
         // PhasedRollout controller writes it; it may not be among the Work's manifests).
-        .watches(
-            Api::<fleethub_crds::PhasedRollout>::all(member.clone()),
-            fleethub_runtime::watcher_config().labels(PLACEMENT_LABEL),
-            move |o| work_of(&o.metadata, &ns),
+        // A fleethub watch, not kube's `watches`: bounded backoff, and its errors (a 410 after
+        // the member's API server restarts) do not reach the controller.
+        .watches_stream(
+            fleethub_runtime::touched_after_sync(fleethub_runtime::watch(
+                Api::<fleethub_crds::PhasedRollout>::all(member.clone()),
+                fleethub_runtime::watcher_config().labels(PLACEMENT_LABEL),
+            )),
+            move |o: fleethub_crds::PhasedRollout| work_of(&o.metadata, &ns),
         )
         // The Work's AppliedWork: kept in a cache (a reconcile applies it only when it is not
         // as it should be), and its deletion reconciles the Work.
