@@ -88,13 +88,20 @@ impl<K> Watched for K where
 pub const WATCH_TIMEOUT_SECONDS: u32 = 60;
 
 /// The watch configuration every fleethub watcher uses. Lists (the initial one, and the relist
-/// after a watch expired) are quorum reads (`ListSemantic::MostRecent`): a list served from a
-/// restarted API server's cache can hand back a resource version older than that cache's window.
-/// Each watch request lasts at most [`WATCH_TIMEOUT_SECONDS`].
+/// after a watch expired) are consistent reads (`ListSemantic::MostRecent`): a list at "any"
+/// version served from a restarted API server's cache can hand back a resource version older
+/// than that cache's window, and older than this process's last writes. They are not paged:
+/// since Kubernetes 1.31 the API server serves a consistent list from its watch cache, but
+/// (until its cache snapshots, alpha in 1.33) only the first page; every later page was read
+/// from etcd and decoded again. One request took a restarted hub's 1,000 Bindings from 0.6–3.4 s
+/// to 0.4–1.2 s (BENCHMARKS.md, session 31). Each watch request lasts at most
+/// [`WATCH_TIMEOUT_SECONDS`].
 pub fn watcher_config() -> kube::runtime::watcher::Config {
-    kube::runtime::watcher::Config::default()
+    let mut config = kube::runtime::watcher::Config::default()
         .list_semantic(kube::runtime::watcher::ListSemantic::MostRecent)
-        .timeout(WATCH_TIMEOUT_SECONDS)
+        .timeout(WATCH_TIMEOUT_SECONDS);
+    config.page_size = None;
+    config
 }
 
 /// `api`'s watch events with `config`, and the fleet's bounded backoff after a failure, counted
