@@ -90,12 +90,12 @@ pub const WATCH_TIMEOUT_SECONDS: u32 = 60;
 /// The watch configuration every fleethub watcher uses. Lists (the initial one, and the relist
 /// after a watch expired) are consistent reads (`ListSemantic::MostRecent`): a list at "any"
 /// version served from a restarted API server's cache can hand back a resource version older
-/// than that cache's window, and older than this process's last writes. They are not paged:
-/// since Kubernetes 1.31 the API server serves a consistent list from its watch cache, but
-/// (until its cache snapshots, alpha in 1.33) only the first page; every later page was read
-/// from etcd and decoded again. One request took a restarted hub's 1,000 Bindings from 0.6–3.4 s
-/// to 0.4–1.2 s (BENCHMARKS.md, session 31). Each watch request lasts at most
-/// [`WATCH_TIMEOUT_SECONDS`].
+/// than that cache's window, and older than this process's last writes. They are not paged
+/// (except for [`PAGED_KINDS`]): since Kubernetes 1.31 the API server serves a consistent list
+/// from its watch cache, but (until its cache snapshots, alpha in 1.33) only the first page;
+/// every later page was read from etcd and decoded again. One request took a restarted hub's
+/// 1,000 Bindings from 0.6–3.4 s to 0.4–1.2 s (BENCHMARKS.md, session 31). Each watch request
+/// lasts at most [`WATCH_TIMEOUT_SECONDS`].
 pub fn watcher_config() -> kube::runtime::watcher::Config {
     let mut config = kube::runtime::watcher::Config::default()
         .list_semantic(kube::runtime::watcher::ListSemantic::MostRecent)
@@ -114,7 +114,29 @@ pub fn watch<K: Watched>(
 + Send
 + 'static {
     use kube::runtime::WatchStreamExt;
-    kube::runtime::watcher(api, config).backoff(watch_backoff(&K::kind(&())))
+    let kind = K::kind(&());
+    kube::runtime::watcher(api, list_pages(&kind, config)).backoff(watch_backoff(&kind))
+}
+
+/// Kinds whose objects carry members' manifests: tens of KB each, and about 14 times that once
+/// parsed ([`slim_reflected_stream`]). Their lists come in pages of [`MANIFEST_PAGE`], so that
+/// a list of 10,000 is never held whole in memory, whatever the page costs the API server.
+pub const PAGED_KINDS: [&str; 2] = ["Work", "ResourceSnapshot"];
+
+/// How many objects of a [`PAGED_KINDS`] kind one list page holds (kube's default).
+pub const MANIFEST_PAGE: u32 = 500;
+
+/// `config` as a watch of `kind` lists: in pages of [`MANIFEST_PAGE`] for [`PAGED_KINDS`] (unless
+/// `config` sets a page size of its own), as `config` says for any other kind.
+fn list_pages(
+    kind: &str,
+    config: kube::runtime::watcher::Config,
+) -> kube::runtime::watcher::Config {
+    if config.page_size.is_none() && PAGED_KINDS.contains(&kind) {
+        config.page_size(MANIFEST_PAGE)
+    } else {
+        config
+    }
 }
 
 /// Changed (or deleted) objects of `api`, watched with [`watcher_config`] and [`watch_backoff`]:
@@ -538,6 +560,37 @@ mod watch_error_tests {
         assert!(
             after <= super::WATCH_BACKOFF.first * 2 + Duration::from_millis(100),
             "reconciled {after:?} after the error"
+        );
+    }
+}
+
+#[cfg(test)]
+mod list_page_tests {
+    use super::{MANIFEST_PAGE, list_pages, watcher_config};
+
+    #[test]
+    fn only_kinds_carrying_manifests_are_listed_in_pages() {
+        assert_eq!(watcher_config().page_size, None);
+        for kind in [
+            "Binding",
+            "MemberCluster",
+            "UpdateRun",
+            "Placement",
+            "ConfigMap",
+        ] {
+            assert_eq!(list_pages(kind, watcher_config()).page_size, None, "{kind}");
+        }
+        for kind in ["Work", "ResourceSnapshot"] {
+            assert_eq!(
+                list_pages(kind, watcher_config()).page_size,
+                Some(MANIFEST_PAGE),
+                "{kind}"
+            );
+        }
+        // A page size the caller chose stays.
+        assert_eq!(
+            list_pages("Work", watcher_config().page_size(7)).page_size,
+            Some(7)
         );
     }
 }
