@@ -10,8 +10,9 @@
 //! until the cache shows that version or a newer one, and uses the newer of the two.
 //!
 //! Nothing is decided from memory alone: what is kept is the API server's own answer, and after
-//! a restart nothing is kept, while the caches start from a quorum list (newer than anything the
-//! previous process wrote). Versions are compared as the numbers Kubernetes' etcd storage makes
+//! a restart nothing is kept, while the caches start from a consistent list (from etcd, or from
+//! an API server's watch cache once it has caught up with etcd: newer than anything the previous
+//! process wrote). Versions are compared as the numbers Kubernetes' etcd storage makes
 //! them; when one is not a number, the reconcile reads the object from the API server.
 
 use std::collections::HashMap;
