@@ -20,6 +20,7 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -146,12 +147,15 @@ pub async fn run(
             fleethub_runtime::touched_after_sync(work_events),
             |w: Work| binding_of(&w),
         )
-        // A placement's applyStrategy reaches its Works without a new snapshot or run.
+        // A placement's applyStrategy reaches its Works without a new snapshot or run. Only
+        // its applyStrategy: every write of its status re-queued all of its Bindings (one run
+        // over 10,000 clusters: 1.7 million reconciles, a fifth of the hub's CPU).
         .watches_stream(
             fleethub_runtime::reflected_stream(
                 Api::<Placement>::all(client.clone()),
                 placements_writer,
-            ),
+            )
+            .predicate_filter(apply_strategy_version, Default::default()),
             move |p: Placement| {
                 let name = p.name_any();
                 bindings
@@ -322,6 +326,25 @@ async fn apply_strategy(ctx: &Context, binding: &Binding) -> Option<ApplyStrateg
     ctx.placements
         .get(&ObjectRef::new(name))
         .and_then(|p| p.spec.strategy.as_ref()?.apply_strategy.clone())
+}
+
+/// What of `placement` its Works carry, as a value that changes when that does: its
+/// applyStrategy, and its uid (a placement deleted and made again under the same name is new,
+/// and its Bindings may have been written while the cache did not show it yet).
+fn apply_strategy_version(placement: &Placement) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let strategy = placement
+        .spec
+        .strategy
+        .as_ref()
+        .and_then(|s| s.apply_strategy.as_ref());
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    placement.metadata.uid.hash(&mut hasher);
+    serde_json::to_string(&strategy)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    // Always a value: `None` would let every change through.
+    Some(hasher.finish())
 }
 
 /// What to do with a binding's Work.

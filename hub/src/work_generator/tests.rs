@@ -573,3 +573,40 @@ fn the_binding_status_waits_briefly_for_the_members_settled_report_on_a_new_work
         None
     );
 }
+
+#[test]
+fn a_placement_re_queues_its_bindings_only_when_its_apply_strategy_or_uid_changes() {
+    let placement = |uid: &str, apply_strategy: serde_json::Value, status: serde_json::Value| {
+        let p: Placement = serde_json::from_value(json!({
+            "apiVersion": "fleethub.dev/v1alpha1", "kind": "Placement",
+            "metadata": {"name": "web", "uid": uid},
+            "spec": {"resourceSelectors": [], "strategy": {"applyStrategy": apply_strategy}},
+            "status": status,
+        }))
+        .unwrap();
+        apply_strategy_version(&p)
+    };
+    let none = json!(null);
+    let if_not_drifted = json!({"whenToApply": "IfNotDrifted"});
+    let first = placement("1", none.clone(), json!({}));
+    assert!(first.is_some(), "every placement has a value to compare");
+    // Its status, rewritten as its clusters report, is not what its Works carry.
+    assert_eq!(
+        placement("1", none.clone(), json!({"selectedClusterCount": 3})),
+        first
+    );
+    assert_ne!(placement("1", if_not_drifted.clone(), json!({})), first);
+    assert_ne!(
+        placement("1", if_not_drifted.clone(), json!({})),
+        placement("1", json!({"whenToApply": "Always"}), json!({}))
+    );
+    // The same name and strategy, made again.
+    assert_ne!(placement("2", none, json!({})), first);
+    // Without a strategy at all.
+    let bare: Placement = serde_json::from_value(json!({
+        "apiVersion": "fleethub.dev/v1alpha1", "kind": "Placement",
+        "metadata": {"name": "web", "uid": "1"}, "spec": {"resourceSelectors": []},
+    }))
+    .unwrap();
+    assert_eq!(apply_strategy_version(&bare), first);
+}
