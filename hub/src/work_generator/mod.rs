@@ -39,10 +39,12 @@ use cached_work::up_to_date;
 use first_reports::FirstReports;
 use fleethub_runtime::CACHE_WAIT;
 use fleethub_runtime::last_written::LastWritten;
+use placement_strategy::{apply_strategy, apply_strategy_version};
 use snapshots::Snapshots;
 
 mod cached_work;
 mod first_reports;
+mod placement_strategy;
 mod snapshots;
 
 struct Context {
@@ -314,37 +316,6 @@ async fn observe(ctx: &Context, binding: &Binding) -> Result<Option<Arc<Work>>, 
             .await?);
     }
     Ok(works.get_opt(&name).await?.map(Arc::new))
-}
-
-/// The applyStrategy of `binding`'s placement (none while the placement is not known: a
-/// Work written meanwhile is rewritten once the cache has it).
-async fn apply_strategy(ctx: &Context, binding: &Binding) -> Option<ApplyStrategy> {
-    let name = &binding.spec.placement_name;
-    if !fleethub_runtime::ready_within(CACHE_WAIT, || ctx.placements.wait_until_ready()).await {
-        tracing::debug!(placement = %name, "placement cache not ready; Work written without its applyStrategy");
-    }
-    ctx.placements
-        .get(&ObjectRef::new(name))
-        .and_then(|p| p.spec.strategy.as_ref()?.apply_strategy.clone())
-}
-
-/// What of `placement` its Works carry, as a value that changes when that does: its
-/// applyStrategy, and its uid (a placement deleted and made again under the same name is new,
-/// and its Bindings may have been written while the cache did not show it yet).
-fn apply_strategy_version(placement: &Placement) -> Option<u64> {
-    use std::hash::{Hash, Hasher};
-    let strategy = placement
-        .spec
-        .strategy
-        .as_ref()
-        .and_then(|s| s.apply_strategy.as_ref());
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    placement.metadata.uid.hash(&mut hasher);
-    serde_json::to_string(&strategy)
-        .unwrap_or_default()
-        .hash(&mut hasher);
-    // Always a value: `None` would let every change through.
-    Some(hasher.finish())
 }
 
 /// What to do with a binding's Work.
