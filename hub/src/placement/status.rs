@@ -13,6 +13,7 @@ use fleethub_crds::placement::{
 };
 use fleethub_crds::{Binding, Placement};
 use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// What [`report`] describes: the clusters selected, those wanted but missing, the placement's
 /// bindings and its latest snapshot index.
@@ -94,9 +95,6 @@ pub fn roll_up(
     now: Timestamp,
     generation: Option<i64>,
 ) {
-    let mut per_cluster = Vec::new();
-    // Whether each cluster needs attention: listed first when the list is capped.
-    let mut attention = Vec::new();
     let (mut applied, mut available) = (0, 0);
     let mut drifted: Vec<String> = Vec::new();
     // Looked up by name: a scan per cluster made this quadratic (at 10,000 clusters, two fifths
@@ -111,104 +109,50 @@ pub fn roll_up(
             .entry(b.spec.target_cluster.as_str())
             .or_insert(b);
     }
+    // What every cluster counts for first, without copying anything; then the conditions of
+    // only the clusters listed. At 10,000 clusters the placement lists at most
+    // MAX_PLACEMENT_STATUSES of them, and building every cluster's conditions to keep a hundred
+    // was most of the placement's reconcile during a run (13 % of the hub's CPU).
+    let mut judged = Vec::with_capacity(selected.len());
     for cluster in selected {
-        let mut conds = earlier
-            .get(cluster.as_str())
-            .map(|c| c.conditions.clone())
-            .unwrap_or_default();
         let binding = by_cluster.get(cluster.as_str()).copied();
         let index = binding.and_then(|b| b.spec.resource_snapshot_index);
-        let c = |t, ok: bool, r, m: String| {
-            NewCondition::new(t, if ok { TRUE } else { FALSE }, r, m, generation)
-        };
-        let selected = format!("cluster {cluster} is selected");
-        set_condition(
-            &mut conds,
-            c(SCHEDULED, true, reason::CLUSTER_SCHEDULED, selected),
-            now,
-        );
-        let started = binding.is_some_and(|b| b.spec.state == BindingState::Bound);
-        let message = match (index, &binding.and_then(|b| b.spec.update_run_name.clone())) {
-            (Some(i), Some(run)) => format!("resource snapshot {i}, rolled out by UpdateRun {run}"),
-            (Some(i), None) => format!("resource snapshot {i}"),
-            (None, _) if strategy == RolloutStrategyType::External => {
-                "waiting for an UpdateRun to roll out a snapshot".to_string()
-            }
-            (None, _) => "waiting for a snapshot".to_string(),
-        };
-        let why = if started {
-            reason::ROLLOUT_STARTED
-        } else {
-            reason::ROLLOUT_NOT_STARTED
-        };
-        set_condition(&mut conds, c(ROLLOUT_STARTED, started, why, message), now);
-        let mut fine = index.is_some() && index == latest;
-        for type_ in [APPLIED, AVAILABLE] {
-            let reported = binding
-                .and_then(|b| b.status.as_ref())
-                .and_then(|s| find(&s.conditions, type_));
-            let ok = reported.is_some_and(|r| r.status == TRUE);
-            let message = reported.map_or("no report yet".to_string(), |r| r.message.clone());
-            let why = if ok {
-                reason::MEMBER_REPORTED
-            } else {
-                reason::NOT_YET
-            };
-            set_condition(&mut conds, c(type_, ok, why, message), now);
-            fine &= ok;
-            if ok && type_ == APPLIED {
-                applied += 1;
-            }
-            if ok && type_ == AVAILABLE && index == latest {
-                available += 1;
-            }
-        }
         let bs = binding.and_then(|b| b.status.as_ref());
-        let differs = match bs.and_then(|s| find(&s.conditions, DRIFTED)) {
-            Some(d) => {
-                let cond = NewCondition::new(
-                    DRIFTED,
-                    if d.status == TRUE { TRUE } else { FALSE },
-                    &d.reason,
-                    d.message.clone(),
-                    generation,
-                );
-                set_condition(&mut conds, cond, now);
-                d.status == TRUE
-            }
-            None => {
-                let none = c(DRIFTED, false, reason::NOT_YET, "no report yet".to_string());
-                set_condition(&mut conds, none, now);
-                false
-            }
+        let reported = |type_| {
+            bs.and_then(|s| find(&s.conditions, type_))
+                .is_some_and(|r| r.status == TRUE)
         };
-        let objects = bs.map(|s| s.drifted_objects.clone()).unwrap_or_default();
-        let count = bs.and_then(|s| s.drifted_object_count);
+        let (is_applied, is_available) = (reported(APPLIED), reported(AVAILABLE));
+        applied += usize::from(is_applied);
+        available += usize::from(is_available && index == latest);
+        let fine = index.is_some() && index == latest && is_applied && is_available;
+        let differs = reported(DRIFTED);
         if differs {
+            let count = bs.and_then(|s| s.drifted_object_count);
             drifted.push(format!(
                 "{cluster} ({} object{})",
                 count.unwrap_or_default(),
                 if count == Some(1) { "" } else { "s" }
             ));
         }
-        attention.push(!fine || differs);
-        per_cluster.push(ClusterPlacementStatus {
-            cluster_name: cluster.clone(),
-            resource_snapshot_index: index,
-            conditions: conds,
-            drifted_objects: drift::trim(objects, CLUSTER_OBJECTS, CLUSTER_FIELDS),
-            drifted_object_count: count,
-        });
+        judged.push((cluster, binding, !fine || differs));
     }
-    let all = per_cluster.len();
-    if all > MAX_PLACEMENT_STATUSES {
-        per_cluster = per_cluster
-            .into_iter()
-            .zip(attention)
-            .filter_map(|(c, needs)| needs.then_some(c))
-            .take(MAX_PLACEMENT_STATUSES)
-            .collect();
-    }
+    let all = judged.len();
+    let listed = judged
+        .into_iter()
+        .filter(|(_, _, attention)| all <= MAX_PLACEMENT_STATUSES || *attention)
+        .take(MAX_PLACEMENT_STATUSES);
+    let detail = Detail {
+        strategy,
+        now,
+        generation,
+    };
+    let per_cluster: Vec<ClusterPlacementStatus> = listed
+        .map(|(cluster, binding, _)| {
+            let earlier = earlier.get(cluster.as_str()).map(|c| c.conditions.clone());
+            detail.of(cluster, binding, earlier.unwrap_or_default())
+        })
+        .collect();
     status.omitted_placement_status_count =
         (per_cluster.len() < all).then(|| (all - per_cluster.len()) as i32);
     status.placement_statuses = per_cluster;
@@ -270,4 +214,80 @@ pub fn roll_up(
         ),
     );
     set_condition(&mut status.conditions, all_available, now);
+}
+
+/// What a listed cluster's conditions are made from, besides its Binding.
+struct Detail {
+    strategy: RolloutStrategyType,
+    now: Timestamp,
+    generation: Option<i64>,
+}
+
+impl Detail {
+    /// `cluster`'s entry in the placement's status, its conditions updated from `conds` (its
+    /// earlier ones: transition times are kept).
+    fn of(
+        &self,
+        cluster: &str,
+        binding: Option<&Binding>,
+        mut conds: Vec<Condition>,
+    ) -> ClusterPlacementStatus {
+        let (now, generation) = (self.now, self.generation);
+        let index = binding.and_then(|b| b.spec.resource_snapshot_index);
+        let c = |t, ok: bool, r, m: String| {
+            NewCondition::new(t, if ok { TRUE } else { FALSE }, r, m, generation)
+        };
+        let selected = format!("cluster {cluster} is selected");
+        set_condition(
+            &mut conds,
+            c(SCHEDULED, true, reason::CLUSTER_SCHEDULED, selected),
+            now,
+        );
+        let started = binding.is_some_and(|b| b.spec.state == BindingState::Bound);
+        let message = match (index, binding.and_then(|b| b.spec.update_run_name.as_ref())) {
+            (Some(i), Some(run)) => format!("resource snapshot {i}, rolled out by UpdateRun {run}"),
+            (Some(i), None) => format!("resource snapshot {i}"),
+            (None, _) if self.strategy == RolloutStrategyType::External => {
+                "waiting for an UpdateRun to roll out a snapshot".to_string()
+            }
+            (None, _) => "waiting for a snapshot".to_string(),
+        };
+        let why = if started {
+            reason::ROLLOUT_STARTED
+        } else {
+            reason::ROLLOUT_NOT_STARTED
+        };
+        set_condition(&mut conds, c(ROLLOUT_STARTED, started, why, message), now);
+        let bs = binding.and_then(|b| b.status.as_ref());
+        for type_ in [APPLIED, AVAILABLE] {
+            let reported = bs.and_then(|s| find(&s.conditions, type_));
+            let ok = reported.is_some_and(|r| r.status == TRUE);
+            let message = reported.map_or("no report yet".to_string(), |r| r.message.clone());
+            let why = if ok {
+                reason::MEMBER_REPORTED
+            } else {
+                reason::NOT_YET
+            };
+            set_condition(&mut conds, c(type_, ok, why, message), now);
+        }
+        let differs = match bs.and_then(|s| find(&s.conditions, DRIFTED)) {
+            Some(d) => NewCondition::new(
+                DRIFTED,
+                if d.status == TRUE { TRUE } else { FALSE },
+                &d.reason,
+                d.message.clone(),
+                generation,
+            ),
+            None => c(DRIFTED, false, reason::NOT_YET, "no report yet".to_string()),
+        };
+        set_condition(&mut conds, differs, now);
+        let objects = bs.map(|s| s.drifted_objects.clone()).unwrap_or_default();
+        ClusterPlacementStatus {
+            cluster_name: cluster.to_string(),
+            resource_snapshot_index: index,
+            conditions: conds,
+            drifted_objects: drift::trim(objects, CLUSTER_OBJECTS, CLUSTER_FIELDS),
+            drifted_object_count: bs.and_then(|s| s.drifted_object_count),
+        }
+    }
 }
