@@ -34,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 mod act;
 mod acting;
 mod asked;
+mod binding_views;
 mod observe;
 mod pace;
 mod plans;
@@ -90,6 +91,9 @@ pub struct Context {
     /// binding again, from a stale resourceVersion, into a conflict), and a bind a plan repeats
     /// while an earlier plan's writes were in flight is skipped when already done.
     bound: LastWritten<Binding>,
+    /// The planner's views of the Bindings of placements with an unfinished run, built again
+    /// only when their Binding changed ([`binding_views`]).
+    binding_views: binding_views::BindingViews,
     /// Each run's plan writes, in the background and in order ([`acting`]).
     acting: acting::Queues<Error>,
     /// When each run may be planned next ([`pace`]).
@@ -125,6 +129,15 @@ impl Context {
         self.pace.retain(exists);
         self.plans.retain(exists);
         self.asked.forget_old();
+        let placements_in_runs: std::collections::HashSet<String> = self
+            .runs
+            .state()
+            .iter()
+            .filter(|r| !finished(r))
+            .map(|r| r.spec.placement_name.clone())
+            .collect();
+        self.binding_views
+            .retain(|placement| placements_in_runs.contains(placement));
         if !self.written.is_empty() {
             self.written.retain(|name, _| exists(name));
         }
@@ -262,6 +275,7 @@ pub async fn run(
         errors: FailureBackoff::new(ERROR_BACKOFF),
         written: LastWritten::slimmed_by(fleethub_runtime::strip_managed_fields),
         bound: LastWritten::slimmed_by(fleethub_runtime::strip_managed_fields),
+        binding_views: binding_views::BindingViews::default(),
         acting: acting::Queues::new(retry),
         pace: pace::Pace::default(),
         asked: asked::Asked::default(),

@@ -1,6 +1,7 @@
 //! Unit tests of the UpdateRun planner, on a fake timeline.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fleethub_crds::binding::BindingState;
@@ -189,7 +190,7 @@ impl World {
             cluster_labels: self.labels.clone(),
             unhealthy_members: self.unhealthy.clone(),
             down_members: self.unhealthy.keys().cloned().collect(),
-            bindings: self.bindings.clone(),
+            bindings: self.bindings.iter().cloned().map(Arc::new).collect(),
             works: self.works.clone(),
             approvals: self.approvals.clone(),
             siblings: siblings(&self.earlier_runs, &self.later_runs),

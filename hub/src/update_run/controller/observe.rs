@@ -125,19 +125,24 @@ pub(super) async fn fresh_cluster_labels(
 pub(super) fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookups) -> Observed<'a> {
     let placement = &run.spec.placement_name;
     let name = run.name_any();
-    let bindings: Vec<BindingView> = ctx
+    let newest: Vec<Arc<Binding>> = ctx
         .bindings
         .state()
-        .iter()
+        .into_iter()
         .filter(|b| &b.spec.placement_name == placement)
         // A bind this process made that the cache does not show yet.
-        .map(|b| match ctx.bound.newest(&b.name_any(), Some(b.clone())) {
-            Newest::Object(newest) => newest,
-            Newest::Absent | Newest::Unknown => b.clone(),
+        .map(|b| {
+            let name = b.metadata.name.as_deref().unwrap_or_default();
+            match ctx.bound.newest(name, Some(b.clone())) {
+                Newest::Object(newest) => newest,
+                Newest::Absent | Newest::Unknown => b,
+            }
         })
         .filter(|b| b.metadata.deletion_timestamp.is_none())
-        .map(|b| BindingView::from_binding(&b))
         .collect();
+    let bindings = ctx
+        .binding_views
+        .of(placement, newest.iter().map(|b| b.as_ref()));
     // After initialization the planner reads the Works and the members' health only of the
     // clusters it has not finished with, and no labels: at 10,000 clusters, views of every Work
     // and copies of every member's labels were most of each reconcile's CPU.
@@ -223,7 +228,10 @@ pub(super) fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookup
 /// The clusters `run` concerns: those of its placement's `bindings` (the clusters it starts
 /// with) and those its status names (in its stages, or to remove afterwards). The planner
 /// looks members up only by these names.
-fn concerned_clusters<'a>(run: &'a UpdateRun, bindings: &'a [BindingView]) -> HashSet<&'a str> {
+fn concerned_clusters<'a>(
+    run: &'a UpdateRun,
+    bindings: &'a [Arc<BindingView>],
+) -> HashSet<&'a str> {
     let mut names: HashSet<&str> = bindings.iter().map(|b| b.cluster.as_str()).collect();
     if let Some(status) = &run.status {
         let stages = status

@@ -8,6 +8,7 @@
 //! from a slightly stale view, never updates a cluster twice or out of order.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fleethub_crds::binding::BindingState;
@@ -237,7 +238,7 @@ pub struct Observed<'a> {
     /// their turn waits for them. A member never heard from (`Unknown`) does not hold its turn.
     pub down_members: std::collections::BTreeSet<String>,
     /// The placement's bindings.
-    pub bindings: Vec<BindingView>,
+    pub bindings: Vec<Arc<BindingView>>,
     /// The newest snapshot of every override that may apply to the placement (only read at
     /// initialization).
     pub override_snapshots: fleethub_crds::binding::OverrideSnapshots,
@@ -327,7 +328,11 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     };
     let mut p = Planner {
         o,
-        bindings: o.bindings.iter().map(|b| (b.cluster.as_str(), b)).collect(),
+        bindings: o
+            .bindings
+            .iter()
+            .map(|b| (b.cluster.as_str(), b.as_ref()))
+            .collect(),
         index,
         earlier: earlier.first().map(|s| s.to_string()),
         later: later.first().map(|s| s.to_string()),
@@ -552,7 +557,7 @@ impl Planner<'_, '_> {
     /// Counts the clusters the placement selects now that the run's plan does not update:
     /// they joined after it initialized (or left and came back).
     fn count_clusters_not_in_run(&mut self) {
-        let in_run: std::collections::BTreeSet<&str> = self
+        let in_run: std::collections::HashSet<&str> = self
             .status
             .stages_status
             .iter()
