@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 
+use fleethub_crds::update_run::UpdateRunStatus;
 use fleethub_runtime::last_written::Newest;
 
 use super::*;
@@ -18,15 +19,13 @@ pub(super) struct Lookups {
     override_snapshots: OverrideSnapshots,
 }
 
-/// Whether `run` froze its plan (`Initialized=True`).
-fn initialized(run: &UpdateRun) -> bool {
-    run.status
-        .as_ref()
-        .is_some_and(|s| is_true(&s.conditions, INITIALIZED))
+/// Whether a run with `status` froze its plan (`Initialized=True`).
+fn initialized(status: Option<&UpdateRunStatus>) -> bool {
+    status.is_some_and(|s| is_true(&s.conditions, INITIALIZED))
 }
 
 pub(super) async fn look_up(ctx: &Context, run: &UpdateRun) -> Result<Lookups, Error> {
-    let initialized = initialized(run);
+    let initialized = initialized(run.status.as_ref());
     let placement_name = &run.spec.placement_name;
     let placements: Api<Placement> = Api::all(ctx.client.clone());
     if initialized {
@@ -121,8 +120,14 @@ pub(super) async fn fresh_cluster_labels(
         .collect())
 }
 
-/// Everything the planner looks at, from the lookups and the caches.
-pub(super) fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookups) -> Observed<'a> {
+/// Everything the planner looks at, from the lookups and the caches, for `run` with `status`
+/// (its own, taken out of it).
+pub(super) fn observe<'a>(
+    ctx: &Context,
+    run: &'a UpdateRun,
+    status: Option<&UpdateRunStatus>,
+    lookups: &'a Lookups,
+) -> Observed<'a> {
     let placement = &run.spec.placement_name;
     let name = run.name_any();
     let newest: Vec<Arc<Binding>> = ctx
@@ -146,8 +151,8 @@ pub(super) fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookup
     // After initialization the planner reads the Works and the members' health only of the
     // clusters it has not finished with, and no labels: at 10,000 clusters, views of every Work
     // and copies of every member's labels were most of each reconcile's CPU.
-    let initialized = initialized(run);
-    let open = initialized.then(|| unfinished_clusters(run));
+    let initialized = initialized(status);
+    let open = initialized.then(|| unfinished_clusters(status));
     let open_or_all = |cluster: &str| open.as_ref().is_none_or(|open| open.contains(cluster));
     // Only the members the run concerns, looked up by name: a reconcile copied every member's
     // labels, and at 10,000 members with 100 runs reconciling at once those copies held over a
@@ -155,7 +160,7 @@ pub(super) fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookup
     let member = |c: &str| ctx.members.get(&ObjectRef::new(c));
     let members: Vec<_> = match &open {
         Some(open) => open.iter().filter_map(|c| member(c)).collect(),
-        None => concerned_clusters(run, &bindings)
+        None => concerned_clusters(status, &bindings)
             .into_iter()
             .filter_map(member)
             .collect(),
@@ -225,15 +230,15 @@ pub(super) fn observe<'a>(ctx: &Context, run: &'a UpdateRun, lookups: &'a Lookup
     }
 }
 
-/// The clusters `run` concerns: those of its placement's `bindings` (the clusters it starts
-/// with) and those its status names (in its stages, or to remove afterwards). The planner
-/// looks members up only by these names.
+/// The clusters a run with `status` concerns: those of its placement's `bindings` (the
+/// clusters it starts with) and those its status names (in its stages, or to remove
+/// afterwards). The planner looks members up only by these names.
 fn concerned_clusters<'a>(
-    run: &'a UpdateRun,
+    status: Option<&'a UpdateRunStatus>,
     bindings: &'a [Arc<BindingView>],
 ) -> HashSet<&'a str> {
     let mut names: HashSet<&str> = bindings.iter().map(|b| b.cluster.as_str()).collect();
-    if let Some(status) = &run.status {
+    if let Some(status) = status {
         let stages = status
             .stages_status
             .iter()
@@ -245,11 +250,11 @@ fn concerned_clusters<'a>(
     names
 }
 
-/// The clusters of `run` the planner is not finished with: in its stages, those that neither
-/// succeeded nor were passed over (pending, updating, failed); every cluster of its deletion
-/// stage. The planner reads Works and members' health only for these.
-fn unfinished_clusters(run: &UpdateRun) -> HashSet<&str> {
-    let Some(status) = &run.status else {
+/// The clusters of a run with `status` the planner is not finished with: in its stages, those
+/// that neither succeeded nor were passed over (pending, updating, failed); every cluster of
+/// its deletion stage. The planner reads Works and members' health only for these.
+fn unfinished_clusters(status: Option<&UpdateRunStatus>) -> HashSet<&str> {
+    let Some(status) = status else {
         return HashSet::new();
     };
     let finished = |c: &fleethub_crds::update_run::ClusterUpdatingStatus| {

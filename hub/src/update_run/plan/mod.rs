@@ -319,9 +319,17 @@ pub struct Plan {
     pub queries: Vec<MetricQuery>,
 }
 
-/// Plans the run's next step.
+/// Plans the run's next step, from a copy of its status.
 pub fn plan(o: &Observed<'_>) -> Plan {
-    let (earlier, later) = siblings::order(&SiblingRun::of(o.run), &o.siblings);
+    plan_from(o, o.run.status.clone().unwrap_or_default())
+}
+
+/// Plans the run's next step from `status`, the run's status taken out of it: the planner reads
+/// no other (`o.run`'s may be empty). At 10,000 clusters the copy [`plan`] makes was a third of
+/// planning.
+pub fn plan_from(o: &Observed<'_>, status: UpdateRunStatus) -> Plan {
+    let this = SiblingRun::with_status(o.run, Some(&status));
+    let (earlier, later) = siblings::order(&this, &o.siblings);
     let index = match o.run.snapshot_index() {
         Some(parsed) => parsed.ok(),
         None => o.latest_snapshot_index,
@@ -337,7 +345,7 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         earlier: earlier.first().map(|s| s.to_string()),
         later: later.first().map(|s| s.to_string()),
         generation: o.run.metadata.generation,
-        status: o.run.status.clone().unwrap_or_default(),
+        status,
         actions: Vec::new(),
         requeue: None,
         events: Vec::new(),

@@ -4,7 +4,7 @@
 
 use fleethub_crds::UpdateRun;
 use fleethub_crds::conditions::{find, is_true};
-use fleethub_crds::update_run::{INITIALIZED, SUCCEEDED, UpdateRunState, reason};
+use fleethub_crds::update_run::{INITIALIZED, SUCCEEDED, UpdateRunState, UpdateRunStatus, reason};
 use jiff::Timestamp;
 use kube::ResourceExt;
 
@@ -26,11 +26,12 @@ pub struct SiblingRun {
 impl SiblingRun {
     /// The planner's view of a run.
     pub fn of(run: &UpdateRun) -> Self {
-        let conditions = run
-            .status
-            .as_ref()
-            .map(|s| s.conditions.as_slice())
-            .unwrap_or_default();
+        Self::with_status(run, run.status.as_ref())
+    }
+
+    /// The planner's view of `run` with `status` (its own, taken out of it).
+    pub fn with_status(run: &UpdateRun, status: Option<&UpdateRunStatus>) -> Self {
+        let conditions = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
         let waiting = find(conditions, INITIALIZED).is_some_and(|c| {
             [
                 reason::WAITING_FOR_PREVIOUS_RUN,
