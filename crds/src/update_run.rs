@@ -231,18 +231,30 @@ impl UpdateRun {
     /// else the latest index the hub recorded for it (`status.resourceSnapshotIndexUsed`). None
     /// until the hub has chosen one for a run that names none.
     pub fn index_text(&self) -> Option<&str> {
-        self.spec.resource_snapshot_index.as_deref().or_else(|| {
-            self.status
-                .as_ref()
-                .and_then(|s| s.resource_snapshot_index_used.as_deref())
-        })
+        self.index_text_with(self.status.as_ref())
+    }
+
+    /// [`UpdateRun::index_text`] with `status` as the run's status (taken out of it).
+    pub fn index_text_with<'a>(&'a self, status: Option<&'a UpdateRunStatus>) -> Option<&'a str> {
+        self.spec
+            .resource_snapshot_index
+            .as_deref()
+            .or_else(|| status.and_then(|s| s.resource_snapshot_index_used.as_deref()))
     }
 
     /// The resource snapshot index to roll out read as a number, the one place it is parsed:
     /// None until known, an error for a value admission would have refused (only decimal
     /// digits, at most 18 of them).
     pub fn snapshot_index(&self) -> Option<Result<i64, std::num::ParseIntError>> {
-        self.index_text().map(str::parse)
+        self.snapshot_index_with(self.status.as_ref())
+    }
+
+    /// [`UpdateRun::snapshot_index`] with `status` as the run's status (taken out of it).
+    pub fn snapshot_index_with(
+        &self,
+        status: Option<&UpdateRunStatus>,
+    ) -> Option<Result<i64, std::num::ParseIntError>> {
+        self.index_text_with(status).map(str::parse)
     }
 }
 
