@@ -416,8 +416,8 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
     // What the pace counts: the hub's own work on the run, not the lookups' or queries' waits.
     let plan_started = std::time::Instant::now();
     // The planner takes the run's status itself, not a copy (at 10,000 clusters the copy was a
-    // third of planning): a copy is kept only when this reconcile may plan twice. What the
-    // status write is compared with is the status as stored (serialized, it is a few KB).
+    // third of planning): a copy is kept only when this reconcile may plan twice. The new
+    // status is compared with the old as stored (serialized: at 10,000 clusters a few KB).
     let mut run = Arc::unwrap_or_clone(run);
     let status = run.status.take();
     let stored = stored_form(status.as_ref());
