@@ -23,6 +23,8 @@ pub const SNAPSHOT_INDEX_LABEL: &str = "fleethub.dev/resource-index";
 pub const CLUSTER_LABEL: &str = "fleethub.dev/cluster";
 /// Label on an ApprovalRequest: the UpdateRun that created it.
 pub const UPDATE_RUN_LABEL: &str = "fleethub.dev/update-run";
+/// Label on a rollback UpdateRun: the failed run it rolls back (`onFailure: Rollback`).
+pub const ROLLBACK_OF_LABEL: &str = "fleethub.dev/rollback-of";
 /// Label on an ApprovalRequest: the stage it gates.
 pub const STAGE_LABEL: &str = "fleethub.dev/stage";
 /// Label (on a member cluster's pods) that the local fleet's kwok stages read: pods carrying

@@ -17,8 +17,8 @@ use crate::strategy::{StageConfig, StageTask, StageTaskType};
 use crate::update_run::{
     APPROVAL_REQUEST_APPROVED, APPROVAL_REQUEST_CREATED, CLUSTER_SKIPPED, CLUSTER_STARTED,
     ClusterList, ClusterUpdatingStatus, INITIALIZED, METRIC_CHECK_PASSED, MetricCheckResult,
-    PROGRESSING, SUCCEEDED, StageTaskStatus, StageUpdatingStatus, UpdateRunState, UpdateRunStatus,
-    WAIT_TIME_ELAPSED, reason,
+    PROGRESSING, REGRESSED, SUCCEEDED, StageTaskStatus, StageUpdatingStatus, UpdateRunState,
+    UpdateRunStatus, WAIT_TIME_ELAPSED, reason,
 };
 use crate::{ApprovalRequest, UpdateRun, approval, duration};
 
@@ -41,8 +41,9 @@ pub enum RunPhase {
     Stopped,
     /// An after-stage task (a soak or an approval) holds the run.
     Waiting,
-    /// A cluster holds the run: it failed (past its stage's maxFailedClusters), or its member
-    /// is not healthy at its turn; nothing new starts until it recovers.
+    /// A cluster holds the run: it failed (past its stage's maxFailedClusters), it regressed
+    /// after its update, or its member is not healthy at its turn; nothing new starts until it
+    /// recovers.
     Blocked,
     /// Every cluster runs the snapshot.
     Succeeded,
@@ -72,7 +73,9 @@ impl RunPhase {
         match find(c, PROGRESSING).map(|p| p.reason.as_str()) {
             Some(reason::STOPPED) => RunPhase::Stopped,
             Some(reason::STOPPING) => RunPhase::Stopping,
-            Some(reason::CLUSTER_FAILED | reason::WAITING_FOR_MEMBER) => RunPhase::Blocked,
+            Some(
+                reason::CLUSTER_FAILED | reason::WAITING_FOR_MEMBER | reason::CLUSTER_REGRESSED,
+            ) => RunPhase::Blocked,
             Some(reason::WAITING) => RunPhase::Waiting,
             Some(reason::NOT_STARTED) => RunPhase::Planned,
             Some(reason::WAITING_FOR_PREVIOUS_RUN) => RunPhase::Queued,
@@ -148,6 +151,9 @@ pub enum ClusterPhase {
     Updating,
     /// Runs the snapshot and is available (or, in the deletion stage, the workload is gone).
     Succeeded,
+    /// Was updated and available, and is not any more: the run holds while it is so (its
+    /// `Regressed` condition says why and since when).
+    Regressed,
     /// Passed over by the run: it left the placement, or its member was not healthy at its
     /// turn (within its stage's maxFailedClusters); the reason says which.
     Skipped,
@@ -247,6 +253,9 @@ pub enum TaskProgress {
         until: Option<Timestamp>,
         /// When the run recorded it elapsed.
         elapsed_at: Option<Timestamp>,
+        /// While the soak is paused (a cluster of the run is regressed): why, and how much of
+        /// the wait counted so far. `until` is unknown meanwhile.
+        paused: Option<String>,
     },
     /// A person's approval.
     Approval {
@@ -462,7 +471,9 @@ impl RunProgress {
             problems.push(self.message.clone());
         }
         for c in self.clusters() {
-            if c.phase == ClusterPhase::Failed && !problems.contains(&c.message) {
+            if matches!(c.phase, ClusterPhase::Failed | ClusterPhase::Regressed)
+                && !problems.contains(&c.message)
+            {
                 problems.push(c.message.clone());
             }
         }
@@ -547,7 +558,11 @@ fn phase_and_condition(c: &ClusterUpdatingStatus) -> (ClusterPhase, Option<&Cond
     let succeeded = find(&c.conditions, SUCCEEDED);
     let started = find(&c.conditions, CLUSTER_STARTED);
     let skipped = find(&c.conditions, CLUSTER_SKIPPED).filter(|s| s.status == TRUE);
+    let regressed = find(&c.conditions, REGRESSED).filter(|r| r.status == TRUE);
     match (succeeded, started) {
+        (Some(s), _) if s.status == TRUE && regressed.is_some() => {
+            (ClusterPhase::Regressed, regressed)
+        }
         (Some(s), _) if s.status == TRUE => (ClusterPhase::Succeeded, Some(s)),
         _ if skipped.is_some() => (ClusterPhase::Skipped, skipped),
         (Some(s), _) if s.status == FALSE => (ClusterPhase::Failed, Some(s)),
@@ -586,11 +601,22 @@ fn task(
         StageTaskType::TimedWait => {
             let wait_time = config.and_then(|c| c.wait_time.clone()).unwrap_or_default();
             let wait = duration::parse(&wait_time).ok();
+            // Time the soak was paused does not count: it ends that much later.
+            let paused = jiff::SignedDuration::from_secs(t.paused_seconds.unwrap_or(0));
             TaskProgress::TimedWait {
                 until: clusters_completed
                     .zip(wait)
-                    .map(|(done, wait)| done.0.checked_add(wait).unwrap_or(done.0)),
+                    .filter(|_| t.paused_since.is_none())
+                    .map(|(done, wait)| {
+                        done.0
+                            .checked_add(wait)
+                            .and_then(|t| t.checked_add(paused))
+                            .unwrap_or(done.0)
+                    }),
                 elapsed_at: true_since(&t.conditions, WAIT_TIME_ELAPSED),
+                paused: find(&t.conditions, WAIT_TIME_ELAPSED)
+                    .filter(|c| c.status == FALSE && c.reason == reason::SOAK_PAUSED)
+                    .map(|c| c.message.clone()),
                 wait_time,
                 wait,
             }

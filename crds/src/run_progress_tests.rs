@@ -88,6 +88,8 @@ fn waiting_run() -> UpdateRun {
                     type_: StageTaskType::TimedWait,
                     approval_request_name: None,
                     metric_check: None,
+                    paused_seconds: None,
+                    paused_since: None,
                     conditions: vec![cond(
                         WAIT_TIME_ELAPSED,
                         TRUE,
@@ -139,12 +141,16 @@ fn waiting_run() -> UpdateRun {
                         type_: StageTaskType::TimedWait,
                         approval_request_name: None,
                         metric_check: None,
+                        paused_seconds: None,
+                        paused_since: None,
                         conditions: vec![],
                     },
                     StageTaskStatus {
                         type_: StageTaskType::Approval,
                         approval_request_name: Some("r1-canary".into()),
                         metric_check: None,
+                        paused_seconds: None,
+                        paused_since: None,
                         conditions: vec![cond(
                             APPROVAL_REQUEST_CREATED,
                             TRUE,

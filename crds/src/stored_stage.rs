@@ -34,10 +34,10 @@ use kube::KubeSchema;
 use kube::core::{ListMerge, Rule};
 use serde::{Deserialize, Serialize};
 
-use crate::conditions::is_true;
+use crate::conditions::{find, is_true};
 use crate::run_progress::{ClusterPhase, phase};
 use crate::update_run::{
-    CLUSTER_SKIPPED, CLUSTER_STARTED, ClusterList, ClusterUpdatingStatus, SUCCEEDED,
+    CLUSTER_SKIPPED, CLUSTER_STARTED, ClusterList, ClusterUpdatingStatus, REGRESSED, SUCCEEDED,
     StageTaskStatus, StageUpdatingStatus, reason,
 };
 
@@ -63,6 +63,9 @@ pub struct ClusterCounts {
     pub succeeded: i32,
     /// Failed.
     pub failed: i32,
+    /// Updated, then unhealthy again (the run holds).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub regressed: i32,
     /// Passed over by the run.
     pub skipped: i32,
 }
@@ -83,11 +86,16 @@ impl ClusterCounts {
                 ClusterPhase::Updating => counts.updating += 1,
                 ClusterPhase::Succeeded => counts.succeeded += 1,
                 ClusterPhase::Failed => counts.failed += 1,
+                ClusterPhase::Regressed => counts.regressed += 1,
                 ClusterPhase::Skipped => counts.skipped += 1,
             }
         }
         counts
     }
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 /// The stored form of one stage's plan and progress (see the module's documentation).
@@ -317,8 +325,12 @@ fn compact(clusters: &[ClusterUpdatingStatus], with_names: bool) -> Compact {
         }
         match phase(c) {
             ClusterPhase::Pending => {}
-            // A cluster also passed over keeps its entry (the planner reads why).
-            ClusterPhase::Succeeded if !is_true(&c.conditions, CLUSTER_SKIPPED) => {
+            // A cluster also passed over keeps its entry (the planner reads why), and so does
+            // one that regressed and recovered (when and why is kept).
+            ClusterPhase::Succeeded
+                if !is_true(&c.conditions, CLUSTER_SKIPPED)
+                    && find(&c.conditions, REGRESSED).is_none() =>
+            {
                 succeeded.push(i, ())
             }
             ClusterPhase::Updating => {
@@ -351,9 +363,10 @@ fn compact(clusters: &[ClusterUpdatingStatus], with_names: bool) -> Compact {
                     }
                 }
             }
-            ClusterPhase::Succeeded | ClusterPhase::Failed | ClusterPhase::Skipped => {
-                detail.push(c.clone())
-            }
+            ClusterPhase::Succeeded
+            | ClusterPhase::Regressed
+            | ClusterPhase::Failed
+            | ClusterPhase::Skipped => detail.push(c.clone()),
         }
     }
     Compact {

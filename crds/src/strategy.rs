@@ -42,6 +42,26 @@ pub struct StagedUpdateStrategySpec {
     #[schemars(length(min = 1, max = 31))]
     #[x_kube(validation = Rule::new("self.all(s, self.exists_one(t, t.name == s.name))").message("stage names must be unique"))]
     pub stages: Vec<StageConfig>,
+    /// What a run of this strategy does when it fails (a cluster fails or stays regressed past
+    /// its stage's maxFailedClusters, or a gate can never pass), unless the run sets its own
+    /// `onFailure`: `Hold` (default) stops and waits for a person, and the run resumes by itself
+    /// if the cluster recovers; `Rollback` ends the run failed and rolls every cluster it
+    /// updated back to the snapshot index they ran before, newest first, through one rollback
+    /// UpdateRun it creates and names in `status.rollbackRun`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_failure: Option<OnFailure>,
+}
+
+/// What a run does when it fails.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnFailure {
+    /// Stop where it is and wait for a person (the run resumes by itself if the failed cluster
+    /// recovers).
+    #[default]
+    Hold,
+    /// End the run failed and roll the clusters it updated back, newest first, through a
+    /// rollback UpdateRun.
+    Rollback,
 }
 
 /// One stage of a strategy.

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::metric_check::{MetricCheckResult, MetricCheckStatus};
 use crate::stored_stage::{StoredStage, UnreadClusters};
-use crate::strategy::{StageTaskType, StagedUpdateStrategySpec};
+use crate::strategy::{OnFailure, StageTaskType, StagedUpdateStrategySpec};
 
 /// Condition type: the run froze its strategy and cluster plan into status.
 pub const INITIALIZED: &str = "Initialized";
@@ -27,6 +27,10 @@ pub const APPROVAL_REQUEST_CREATED: &str = "ApprovalRequestCreated";
 pub const APPROVAL_REQUEST_APPROVED: &str = "ApprovalRequestApproved";
 /// MetricCheck task condition type: the query passed successThreshold consecutive checks.
 pub const METRIC_CHECK_PASSED: &str = "MetricCheckPassed";
+/// Cluster condition type: a cluster the run had updated lost its health afterwards (its Work
+/// turned not Available or not Applied): True while it is so, False once it recovered. While a
+/// cluster of the run is regressed the run holds: no cluster starts and no gate passes.
+pub const REGRESSED: &str = "Regressed";
 /// Cluster condition type: the run passed the cluster over (it left the placement, or its member
 /// was not healthy at its turn and the stage's failure budget allowed going on without it).
 pub const CLUSTER_SKIPPED: &str = "Skipped";
@@ -107,6 +111,16 @@ pub mod reason {
     pub const STAGE_SUCCEEDED: &str = "StageUpdatingSucceeded";
     /// Cluster Started=True.
     pub const CLUSTER_STARTED: &str = "ClusterUpdatingStarted";
+    /// Cluster Regressed=True, cluster Succeeded=False (regressed for longer than the run's
+    /// healthTimeout), and run Progressing=False (the run holds while a cluster is regressed).
+    pub const CLUSTER_REGRESSED: &str = "ClusterRegressed";
+    /// Cluster Regressed=False: the cluster is healthy again.
+    pub const CLUSTER_RECOVERED: &str = "ClusterRecovered";
+    /// Event: a failed run with `onFailure: Rollback` created its rollback run.
+    pub const RUN_ROLLED_BACK: &str = "RunRolledBack";
+    /// TimedWait WaitTimeElapsed=False: the soak is paused while a cluster of the run is
+    /// regressed (paused time does not count towards waitTime).
+    pub const SOAK_PAUSED: &str = "SoakPaused";
     /// Cluster Succeeded=True.
     pub const CLUSTER_SUCCEEDED: &str = "ClusterUpdatingSucceeded";
     /// Cluster Succeeded=False: the member could not apply the Work.
@@ -187,6 +201,7 @@ pub mod reason {
     printcolumn(name = "Initialized", type_ = "string", json_path = ".status.conditions[?(@.type==\"Initialized\")].status", priority = 1),
     printcolumn(name = "Progressing", type_ = "string", json_path = ".status.conditions[?(@.type==\"Progressing\")].reason"),
     printcolumn(name = "Succeeded", type_ = "string", json_path = ".status.conditions[?(@.type==\"Succeeded\")].status"),
+    printcolumn(name = "Rollback", type_ = "string", json_path = ".status.rollbackRun", priority = 1),
     printcolumn(name = "Not-In-Run", type_ = "integer", json_path = ".status.clustersNotInRun.count", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -224,6 +239,32 @@ pub struct UpdateRunSpec {
     )]
     #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("healthTimeout must be longer than 0s"))]
     pub health_timeout: Option<String>,
+    /// What the run does when it fails: `Hold` (stop and wait for a person) or `Rollback` (end
+    /// failed and roll the clusters it updated back through a rollback run). Default: the
+    /// strategy's `onFailure`, else `Hold`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_failure: Option<OnFailure>,
+    /// Set on a rollback run, which a failed run with `onFailure: Rollback` creates: the run it
+    /// reverts and the clusters to roll back to `resourceSnapshotIndex`, in order (newest
+    /// first). Such a run updates only these clusters, in one stage without gates; read once,
+    /// when the run initializes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.of == oldSelf.of").message("rollback.of is immutable: create a new UpdateRun instead"))]
+    pub rollback: Option<RollbackSpec>,
+}
+
+/// What a rollback run reverts.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RollbackSpec {
+    /// The failed UpdateRun this run rolls back.
+    #[schemars(length(min = 1, max = 63))]
+    pub of: String,
+    /// The clusters to roll back, in the order to roll them back (the failed run's newest
+    /// first).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20000))]
+    pub clusters: Vec<String>,
 }
 
 impl UpdateRun {
@@ -316,6 +357,13 @@ pub struct UpdateRunStatus {
     /// The final stage that removes the workload from clusters the placement no longer selects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_stage_status: Option<StageUpdatingStatus>,
+    /// The snapshot index most of the run's clusters ran when it initialized: what
+    /// `onFailure: Rollback` returns the clusters it updated to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_resource_snapshot_index: Option<String>,
+    /// The rollback UpdateRun this run created when it failed (`onFailure: Rollback`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_run: Option<String>,
     /// When the run started executing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,
@@ -479,8 +527,10 @@ impl JsonSchema for StageUpdatingStatus {
 pub struct ClusterUpdatingStatus {
     /// The MemberCluster.
     pub cluster_name: String,
-    /// `Started`, `Succeeded` (False with a reason naming the object when it failed) and
-    /// `Skipped` (the run passed the cluster over: `ClusterUnselected`, `MemberClusterUnhealthy`).
+    /// `Started`, `Succeeded` (False with a reason naming the object when it failed),
+    /// `Regressed` (True while a cluster the run updated is unhealthy again, in the member's
+    /// words and since when; False once it recovered) and `Skipped` (the run passed the
+    /// cluster over: `ClusterUnselected`, `MemberClusterUnhealthy`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -511,6 +561,13 @@ pub struct StageTaskStatus {
     /// instead of passing early).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metric_check: Option<MetricCheckStatus>,
+    /// For TimedWait: how many seconds the soak was paused because a cluster of the run was
+    /// regressed (they do not count towards waitTime).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_seconds: Option<i64>,
+    /// For TimedWait: since when the soak is paused (a cluster of the run is regressed now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_since: Option<Time>,
     /// `WaitTimeElapsed`; `ApprovalRequestCreated` and `ApprovalRequestApproved`;
     /// `MetricCheckPassed`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

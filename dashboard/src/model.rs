@@ -376,6 +376,9 @@ pub enum TaskView {
         until: Option<i64>,
         /// Whether the time has elapsed.
         elapsed: bool,
+        /// While the soak is paused because a cluster of the run regressed: why.
+        #[serde(default)]
+        paused: Option<String>,
     },
     /// A human approval.
     Approval {

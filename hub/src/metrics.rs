@@ -225,6 +225,13 @@ impl AutoUpdateMetrics {
     }
 }
 
+/// Labels of the rollbacks counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RollbackLabels {
+    /// The reason the run failed (`ClusterUpdateFailed`, `MetricCheckTimedOut`, …).
+    pub cause: &'static str,
+}
+
 /// Every metric the hub exports.
 #[derive(Clone)]
 pub struct Metrics {
@@ -244,6 +251,10 @@ pub struct Metrics {
     pub leader: Gauge,
     /// Prometheus queries of metric gates, by result.
     pub metric_checks: Family<MetricCheckLabels, Counter>,
+    /// Clusters that regressed after a run updated them.
+    pub cluster_regressions: Counter,
+    /// Rollback runs created by failed runs (`onFailure: Rollback`), by the failure's reason.
+    pub run_rollbacks: Family<RollbackLabels, Counter>,
     /// The auto-update controller's.
     pub auto_update: AutoUpdateMetrics,
     live: Arc<Live>,
@@ -356,6 +367,8 @@ impl Metrics {
             approval_wait_seconds: Histogram::new(exponential_buckets(1.0, 2.0, 18)),
             leader: Gauge::default(),
             metric_checks: Family::default(),
+            cluster_regressions: Counter::default(),
+            run_rollbacks: Family::default(),
             auto_update: AutoUpdateMetrics::default(),
             live: Arc::new(Live::default()),
         };
@@ -368,6 +381,16 @@ impl Metrics {
         for result in ["pass", "no-data", "error"] {
             let _ = m.metric_checks.get_or_create(&MetricCheckLabels { result });
         }
+        registry.register(
+            "cluster_regressions",
+            "Clusters that lost their health after a run updated them (the run holds while they are regressed)",
+            m.cluster_regressions.clone(),
+        );
+        registry.register(
+            "run_rollbacks",
+            "Rollback runs created by failed UpdateRuns with onFailure: Rollback, by the failure's reason",
+            m.run_rollbacks.clone(),
+        );
         registry.register(
             "reconciles",
             "Reconciles by controller",

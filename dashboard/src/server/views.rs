@@ -272,6 +272,7 @@ fn cluster_state(cluster: &ClusterProgress) -> State {
         ClusterPhase::Succeeded => ("Succeeded", Tone::Good),
         ClusterPhase::Skipped => ("Skipped", Tone::Wait),
         ClusterPhase::Failed => ("Failed", Tone::Bad),
+        ClusterPhase::Regressed => ("Regressed", Tone::Bad),
     };
     let message = cluster
         .progress
@@ -286,11 +287,13 @@ fn task_view(task: &TaskProgress) -> TaskView {
             wait_time,
             until,
             elapsed_at,
+            paused,
             ..
         } => TaskView::TimedWait {
             wait: wait_time.clone(),
             until: until.map(|t| t.as_second()),
             elapsed: elapsed_at.is_some(),
+            paused: paused.clone(),
         },
         TaskProgress::Approval {
             request,

@@ -65,6 +65,8 @@ fn waiting_run() -> UpdateRun {
                 type_: StageTaskType::Approval,
                 approval_request_name: Some("r1-canary".into()),
                 metric_check: None,
+                paused_seconds: None,
+                paused_since: None,
                 conditions: vec![cond(
                     APPROVAL_REQUEST_CREATED,
                     TRUE,

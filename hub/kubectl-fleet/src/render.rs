@@ -227,6 +227,11 @@ fn cluster_line(c: &ClusterProgress, deletion: bool, style: Style) -> String {
     let (state, colour, detail) = match c.phase {
         ClusterPhase::Succeeded => (if deletion { "Removed" } else { "Succeeded" }, GREEN, None),
         ClusterPhase::Failed => ("Failed", RED, Some(format!("{} ({})", c.message, c.reason))),
+        ClusterPhase::Regressed => (
+            "Regressed",
+            RED,
+            Some(format!("{} ({})", c.message, c.reason)),
+        ),
         ClusterPhase::Updating => (
             if deletion { "Removing" } else { "Updating" },
             CYAN,
@@ -263,6 +268,7 @@ fn task_line(task: &TaskProgress, when: &str, now: Timestamp, style: Style) -> S
             wait,
             until,
             elapsed_at,
+            paused,
             ..
         } => {
             let what = format!(
@@ -275,6 +281,9 @@ fn task_line(task: &TaskProgress, when: &str, now: Timestamp, style: Style) -> S
                     style.paint(GREEN, "elapsed"),
                     clock(*at)
                 );
+            }
+            if let Some(why) = paused {
+                return format!("    {when}: {what}: {} {why}", style.paint(RED, "paused,"));
             }
             match until {
                 Some(until) => {

@@ -145,7 +145,7 @@ async fn create(hub: &Cluster, o: &StartOptions) -> Result<UpdateRun> {
             resource_snapshot_index: o.index.map(|i| i.to_string()),
             staged_rollout_strategy_name: o.strategy.clone(),
             state: o.plan.then_some(UpdateRunState::Initialize),
-            health_timeout: None,
+            ..Default::default()
         },
     );
     if o.name.is_none() {

@@ -589,6 +589,7 @@ async fn ensure_rollback_strategy(
                 max_concurrency: Some(IntOrString::String("100%".into())),
                 ..Default::default()
             }],
+            on_failure: None,
         },
         status: None,
     };
@@ -622,6 +623,7 @@ async fn ensure_run(
             staged_rollout_strategy_name: strategy.to_string(),
             state: None,
             health_timeout: policy.spec.health_timeout.clone(),
+            ..Default::default()
         },
         status: None,
     };

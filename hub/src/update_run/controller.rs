@@ -590,7 +590,19 @@ async fn report(
         if let Err(err) = ctx.events.try_send((event, run.object_ref(&()))) {
             tracing::debug!(error = %err, "event backlog full; event dropped");
         }
-        tracing::info!(reason = e.reason, "{}", e.message);
+        tracing::info!(run = %name, reason = e.reason, "{}", e.message);
+        match e.reason {
+            reason::CLUSTER_REGRESSED => ctx.metrics.cluster_regressions.inc(),
+            reason::RUN_ROLLED_BACK => match e.cause {
+                Some(cause) => ctx
+                    .metrics
+                    .run_rollbacks
+                    .get_or_create(&crate::metrics::RollbackLabels { cause })
+                    .inc(),
+                None => 0,
+            },
+            _ => 0,
+        };
         let histogram = match e.reason {
             reason::CLUSTER_SUCCEEDED => &ctx.metrics.cluster_update_seconds,
             reason::STAGE_SUCCEEDED => &ctx.metrics.stage_seconds,

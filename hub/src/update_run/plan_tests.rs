@@ -60,6 +60,7 @@ fn run(state: Option<UpdateRunState>) -> UpdateRun {
             staged_rollout_strategy_name: "three".into(),
             state,
             health_timeout: Some("5m".into()),
+            ..Default::default()
         },
     );
     r.metadata.generation = Some(1);
@@ -104,6 +105,8 @@ struct World {
     prometheus: BTreeMap<String, QueryOutcome>,
     /// Every query the plans asked for.
     asked: Vec<MetricQuery>,
+    /// The rollback runs the plans created: name, index, what they revert.
+    rollback_runs: Vec<(String, i64, fleethub_crds::update_run::RollbackSpec)>,
     now: Timestamp,
 }
 
@@ -125,6 +128,7 @@ impl World {
             latest: Some(2),
             prometheus: BTreeMap::new(),
             asked: Vec::new(),
+            rollback_runs: Vec::new(),
             now: t(0),
         };
         w.cluster("stage-a", &[("env", "staging")]);
@@ -261,6 +265,16 @@ impl World {
                 Action::Unbind { cluster } => {
                     self.bindings.retain(|b| &b.cluster != cluster);
                     self.works.remove(cluster);
+                }
+                Action::CreateRollbackRun {
+                    name,
+                    index,
+                    rollback,
+                } => {
+                    if !self.rollback_runs.iter().any(|(n, ..)| n == name) {
+                        self.rollback_runs
+                            .push((name.clone(), *index, rollback.clone()));
+                    }
                 }
             }
         }

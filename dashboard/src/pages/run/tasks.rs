@@ -14,7 +14,8 @@ pub(super) fn task_view(t: TaskView, can_approve: bool) -> AnyView {
             wait,
             until,
             elapsed,
-        } => timed_wait(wait, until, elapsed),
+            paused,
+        } => timed_wait(wait, until, elapsed, paused),
         TaskView::Approval {
             request,
             approved,
@@ -100,9 +101,13 @@ fn metric_check(m: MetricCheckView) -> AnyView {
     .into_any()
 }
 
-fn timed_wait(wait: String, until: Option<i64>, elapsed: bool) -> AnyView {
+fn timed_wait(wait: String, until: Option<i64>, elapsed: bool, paused: Option<String>) -> AnyView {
     let live = live();
+    let paused_now = paused.is_some();
     let status = move || {
+        if let Some(why) = &paused {
+            return why.clone();
+        }
         if elapsed {
             until
                 .map(|u| format!("ended {}", clock(Some(u))))
@@ -114,13 +119,16 @@ fn timed_wait(wait: String, until: Option<i64>, elapsed: bool) -> AnyView {
             }
         }
     };
+    let (badge, label) = match (elapsed, paused_now) {
+        (true, _) => ("badge good", "Elapsed"),
+        (false, true) => ("badge bad", "Paused"),
+        (false, false) => ("badge wait", "Waiting"),
+    };
     view! {
         <li class="task" data-task="TimedWait">
             <b>"Wait " {wait}</b>
             " — "
-            <span class={if elapsed { "badge good" } else { "badge wait" }}>
-                {if elapsed { "Elapsed" } else { "Waiting" }}
-            </span>
+            <span class=badge>{label}</span>
             " "
             <span class="countdown">{status}</span>
         </li>

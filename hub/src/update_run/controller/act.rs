@@ -1,5 +1,6 @@
 //! The plan's writes: Bindings pointed at the run's snapshot (never created), ApprovalRequests
-//! created and accepted, Bindings of unselected clusters deleted.
+//! created and accepted, Bindings of unselected clusters deleted, a failed run's rollback run
+//! created.
 
 use fleethub_crds::apply::StatusApply;
 use fleethub_runtime::last_written::Newest;
@@ -106,6 +107,31 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
             let bindings: Api<Binding> = Api::all(ctx.client.clone());
             let name = names::binding_name(placement, cluster);
             ok_if(bindings.delete(&name, &Default::default()).await, GONE)?;
+        }
+        Action::CreateRollbackRun {
+            name,
+            index,
+            rollback,
+        } => {
+            // Not owned by the failed run: deleting it must not stop its rollback midway.
+            let mut body = UpdateRun::new(
+                name,
+                fleethub_crds::update_run::UpdateRunSpec {
+                    placement_name: placement.clone(),
+                    resource_snapshot_index: Some(index.to_string()),
+                    staged_rollout_strategy_name: run.spec.staged_rollout_strategy_name.clone(),
+                    state: None,
+                    health_timeout: run.spec.health_timeout.clone(),
+                    on_failure: Some(fleethub_crds::strategy::OnFailure::Hold),
+                    rollback: Some(rollback.clone()),
+                },
+            );
+            body.metadata.labels = Some(BTreeMap::from([(
+                names::ROLLBACK_OF_LABEL.to_string(),
+                run_name.clone(),
+            )]));
+            let runs: Api<UpdateRun> = Api::all(ctx.client.clone());
+            ok_if(runs.create(&PostParams::default(), &body).await, EXISTS)?;
         }
     }
     Ok(())

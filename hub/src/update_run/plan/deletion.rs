@@ -74,6 +74,7 @@ impl Planner<'_, '_> {
                     reason: reason::CLUSTER_SELECTED_AGAIN,
                     message,
                     seconds: None,
+                    cause: None,
                 });
                 continue;
             }

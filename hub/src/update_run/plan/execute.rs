@@ -7,6 +7,7 @@ use fleethub_crds::binding::BindingState;
 use fleethub_crds::concurrency::MaxConcurrency;
 use fleethub_crds::conditions::{self, FALSE, NewCondition, TRUE, find, is_true, set_condition};
 use fleethub_crds::duration;
+use fleethub_crds::strategy::OnFailure;
 use fleethub_crds::update_run::{
     CLUSTER_SKIPPED, CLUSTER_STARTED, ClusterUpdatingStatus, PROGRESSING, SUCCEEDED,
     StageUpdatingStatus, UpdateRunState, reason,
@@ -44,9 +45,10 @@ pub(super) fn skipped(c: &ClusterUpdatingStatus) -> bool {
     is_true(&c.conditions, CLUSTER_SKIPPED)
 }
 
-/// What counts against a stage's maxFailedClusters: failed clusters and clusters passed over
-/// because their member was not healthy.
-fn spent(stage: &StageUpdatingStatus) -> usize {
+/// What counts against a stage's maxFailedClusters: failed clusters (also those that stayed
+/// regressed past the health timeout) and clusters passed over because their member was not
+/// healthy.
+pub(super) fn spent(stage: &StageUpdatingStatus) -> usize {
     stage
         .clusters
         .iter()
@@ -77,6 +79,12 @@ impl Planner<'_, '_> {
             .clone()
             .unwrap_or_default();
         self.skip_unselected();
+        self.held = self
+            .watch_updated(health_timeout)
+            .map(|h| format!("held while a cluster it updated is regressed: {h}"));
+        if let Some((i, what)) = self.regressions_over_budget() {
+            return self.stage_over_budget(i, what);
+        }
 
         for i in 0..self.status.stages_status.len() {
             if is_true(&self.status.stages_status[i].conditions, SUCCEEDED) {
@@ -110,6 +118,15 @@ impl Planner<'_, '_> {
             if waiting_to_start || in_progress > 0 {
                 if stopped {
                     return self.stop_in_stage(i);
+                }
+                if let Some(held) = self.held.clone() {
+                    // Clusters in flight go on; nothing new starts.
+                    let message = match in_progress {
+                        0 => held,
+                        n => format!("{held}; {n} clusters already updating finish"),
+                    };
+                    self.set_run(PROGRESSING, FALSE, reason::CLUSTER_REGRESSED, message);
+                    return;
                 }
                 let limit = MaxConcurrency::parse(cfg.max_concurrency.as_ref())
                     .unwrap_or_default()
@@ -158,6 +175,9 @@ impl Planner<'_, '_> {
                 }
                 Gate::Failed(why, message) => return self.gate_failed(why, message),
             }
+        }
+        if let Some(held) = self.held.clone() {
+            return self.set_run(PROGRESSING, FALSE, reason::CLUSTER_REGRESSED, held);
         }
         self.deletion_stage(stopped);
     }
@@ -235,12 +255,50 @@ impl Planner<'_, '_> {
     }
 
     /// A gate can never pass (e.g. a metric check past its timeout): the run fails, for good,
-    /// with the failing task's own reason.
+    /// with the failing task's own reason (and rolls back if it says so).
     fn gate_failed(&mut self, why: &'static str, message: String) {
         self.set_run(PROGRESSING, FALSE, why, message.clone());
         self.set_run(SUCCEEDED, FALSE, why, message.clone());
         self.status.end_time = Some(Time(self.o.now));
         self.event(true, why, message);
+        if self.on_failure() == OnFailure::Rollback {
+            self.roll_back(why);
+        }
+    }
+
+    /// More of stage `i`'s clusters failed than its maxFailedClusters allows (`what` names
+    /// them). `onFailure: Hold`: the run stops there and resumes by itself if they recover;
+    /// `Rollback`: the run fails and rolls back.
+    fn stage_over_budget(&mut self, i: usize, what: String) {
+        let now = self.o.now;
+        let stage_name = self.status.stages_status[i].stage_name.clone();
+        let rollback = self.on_failure() == OnFailure::Rollback;
+        let message = if rollback {
+            format!(
+                "failed: {what}; onFailure is Rollback: the clusters this run updated go back to the snapshot they ran before"
+            )
+        } else {
+            format!(
+                "stopped: {what}; nothing further starts until the cluster recovers (the run resumes by itself) or a new UpdateRun rolls back"
+            )
+        };
+        let mut types = vec![PROGRESSING];
+        if rollback {
+            types.push(SUCCEEDED);
+            self.status.stages_status[i].end_time = Some(Time(now));
+        }
+        for type_ in types {
+            let c = self.cond(type_, FALSE, reason::STAGE_FAILED, message.clone());
+            set_condition(&mut self.status.stages_status[i].conditions, c, now);
+        }
+        let message = format!("stage {stage_name} {message}");
+        self.set_run(PROGRESSING, FALSE, reason::CLUSTER_FAILED, message.clone());
+        if rollback {
+            self.set_run(SUCCEEDED, FALSE, reason::CLUSTER_FAILED, message.clone());
+            self.status.end_time = Some(Time(now));
+            self.event(true, reason::CLUSTER_FAILED, message);
+            self.roll_back(reason::CLUSTER_FAILED);
+        }
     }
 
     /// Marks the stage started, judges its started clusters; false when more of them failed
@@ -275,6 +333,7 @@ impl Planner<'_, '_> {
             if find(&cluster.conditions, CLUSTER_STARTED).is_none()
                 || is_true(&cluster.conditions, SUCCEEDED)
                 || skipped(cluster)
+                || super::regression::regressed(cluster)
             {
                 continue;
             }
@@ -380,7 +439,6 @@ impl Planner<'_, '_> {
         if failures.is_empty() || spent <= budget {
             return true;
         }
-        let stage_name = self.status.stages_status[i].stage_name.clone();
         let over = if budget > 0 {
             format!(
                 " ({spent} clusters failed or were passed over, more than the stage's maxFailedClusters {budget})"
@@ -388,18 +446,7 @@ impl Planner<'_, '_> {
         } else {
             String::new()
         };
-        let message = format!(
-            "stopped: {}{over}; nothing further starts until the cluster recovers (the run resumes by itself) or a new UpdateRun rolls back",
-            listed(&failures, "; ")
-        );
-        let c = self.cond(PROGRESSING, FALSE, reason::STAGE_FAILED, message.clone());
-        set_condition(&mut self.status.stages_status[i].conditions, c, now);
-        self.set_run(
-            PROGRESSING,
-            FALSE,
-            reason::CLUSTER_FAILED,
-            format!("stage {stage_name} {message}"),
-        );
+        self.stage_over_budget(i, format!("{}{over}", listed(&failures, "; ")));
         false
     }
 

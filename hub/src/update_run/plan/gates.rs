@@ -106,11 +106,19 @@ impl Planner<'_, '_> {
             stage.end_time = Some(Time(now));
             return Gate::Failed(why, message);
         }
+        if let Some(held) = &self.held {
+            // No gate passes while a cluster the run updated is regressed.
+            pending.insert(0, held.clone());
+        }
         if !pending.is_empty() {
             let message = format!("stage {stage_name}: {what}; {}", pending.join(" and "));
             let c = self.cond(PROGRESSING, FALSE, reason::STAGE_WAITING, message.clone());
             set_condition(&mut self.status.stages_status[i].conditions, c, now);
-            self.set_run(PROGRESSING, FALSE, reason::WAITING, message.clone());
+            let why = match self.held {
+                Some(_) => reason::CLUSTER_REGRESSED,
+                None => reason::WAITING,
+            };
+            self.set_run(PROGRESSING, FALSE, why, message.clone());
             return Gate::Waiting(message);
         }
         Gate::Passed
@@ -132,7 +140,8 @@ impl Planner<'_, '_> {
         }
     }
 
-    /// A soak: passes `wait` after the stage's clusters completed.
+    /// A soak: passes `wait` after the stage's clusters completed, not counting the time the run
+    /// was held by a regressed cluster (the soak is paused meanwhile).
     fn timed_wait(
         &mut self,
         stage: &str,
@@ -144,8 +153,30 @@ impl Planner<'_, '_> {
         if is_true(&task.conditions, WAIT_TIME_ELAPSED) {
             return Gate::Passed;
         }
-        let until = completed.checked_add(wait).unwrap_or(completed);
         let waited = duration::format(wait);
+        let mut paused = task.paused_seconds.unwrap_or(0);
+        if let Some(held) = &self.held {
+            // Only healthy time counts: the soak stands still while a cluster is regressed.
+            let since = task.paused_since.get_or_insert(Time(now)).0;
+            let counted = (since.as_second() - completed.as_second() - paused).max(0) as u64;
+            let counted = duration::format(Duration::from_secs(counted));
+            let c = self.cond(
+                WAIT_TIME_ELAPSED,
+                FALSE,
+                reason::SOAK_PAUSED,
+                format!("soak paused at {counted} of {waited}: {held}"),
+            );
+            set_condition(&mut task.conditions, c, now);
+            return Gate::Waiting(format!("soak paused at {counted} of {waited}"));
+        }
+        if let Some(since) = task.paused_since.take() {
+            paused += (now.as_second() - since.0.as_second()).max(0);
+            task.paused_seconds = Some(paused);
+        }
+        let until = completed
+            .checked_add(wait)
+            .and_then(|t| t.checked_add(jiff::SignedDuration::from_secs(paused)))
+            .unwrap_or(completed);
         if now >= until {
             let c = self.cond(
                 WAIT_TIME_ELAPSED,

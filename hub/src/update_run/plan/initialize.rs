@@ -33,6 +33,9 @@ impl<'a, 'o> Planner<'a, 'o> {
     /// (`spec.state: Initialize`) is planned even while an earlier run of the placement goes on:
     /// it does not supersede that run until it is set to Run.
     pub(super) fn initialize(&mut self, plan_only: bool) -> Result<(), Refusal> {
+        if let Some(rollback) = &self.o.run.spec.rollback {
+            return self.initialize_rollback(rollback, plan_only);
+        }
         let strategy = self.validate()?;
         // Checked after validation, so a run that could never start does not stop an earlier
         // one. The earlier run yields to this one (it sees this run waiting) and ends.
@@ -52,8 +55,65 @@ impl<'a, 'o> Planner<'a, 'o> {
         Ok(())
     }
 
+    /// A rollback run (`spec.rollback`): the placement and snapshot are checked as for any
+    /// run; its one stage holds the clusters it names, in their order.
+    fn initialize_rollback(
+        &mut self,
+        rollback: &fleethub_crds::update_run::RollbackSpec,
+        plan_only: bool,
+    ) -> Result<(), Refusal> {
+        self.validate_target()?;
+        if let (Some(earlier), false) = (&self.earlier, plan_only) {
+            return Err((
+                reason::WAITING_FOR_PREVIOUS_RUN,
+                format!(
+                    "waiting for UpdateRun {earlier}, which this newer run supersedes, to stop rolling out Placement {}",
+                    self.o.run.spec.placement_name
+                ),
+            ));
+        }
+        let (strategy, per_stage) = self.rollback_plan(rollback)?;
+        let scheduled: Vec<&str> = per_stage[0].iter().map(String::as_str).collect();
+        let selected = Selected {
+            scheduled,
+            removed: Vec::new(),
+        };
+        let per_stage = per_stage.clone();
+        self.freeze(&strategy, per_stage, selected);
+        Ok(())
+    }
+
     /// Everything the run names exists and every value it will use can be read.
     fn validate(&self) -> Result<&'o StagedUpdateStrategySpec, Refusal> {
+        self.validate_target()?;
+        let o: &'a Observed<'o> = self.o;
+        let spec = &o.run.spec;
+        let strategy = o.strategy.ok_or_else(|| {
+            (
+                reason::STRATEGY_NOT_FOUND,
+                format!(
+                    "StagedUpdateStrategy {} does not exist",
+                    spec.staged_rollout_strategy_name
+                ),
+            )
+        })?;
+        for (i, stage) in strategy.stages.iter().enumerate() {
+            MaxConcurrency::parse(stage.max_concurrency.as_ref()).map_err(|e| {
+                (
+                    reason::INVALID_STRATEGY,
+                    format!("stage {} (spec.stages[{i}]): {e}", stage.name),
+                )
+            })?;
+            for (side, task) in stage_tasks(stage) {
+                validate_task(stage, side, task)?;
+            }
+        }
+        Ok(strategy)
+    }
+
+    /// The placement exists and is External, the snapshot index reads and exists, the health
+    /// timeout reads.
+    fn validate_target(&self) -> Result<(), Refusal> {
         let o: &'a Observed<'o> = self.o;
         let spec = &o.run.spec;
         let placement = o.placement.ok_or_else(|| {
@@ -77,15 +137,6 @@ impl<'a, 'o> Planner<'a, 'o> {
                 ),
             ));
         }
-        let strategy = o.strategy.ok_or_else(|| {
-            (
-                reason::STRATEGY_NOT_FOUND,
-                format!(
-                    "StagedUpdateStrategy {} does not exist",
-                    spec.staged_rollout_strategy_name
-                ),
-            )
-        })?;
         let Some(index) = self.index else {
             return Err(match &spec.resource_snapshot_index {
                 Some(text) => (
@@ -110,17 +161,6 @@ impl<'a, 'o> Planner<'a, 'o> {
                 ),
             ));
         }
-        for (i, stage) in strategy.stages.iter().enumerate() {
-            MaxConcurrency::parse(stage.max_concurrency.as_ref()).map_err(|e| {
-                (
-                    reason::INVALID_STRATEGY,
-                    format!("stage {} (spec.stages[{i}]): {e}", stage.name),
-                )
-            })?;
-            for (side, task) in stage_tasks(stage) {
-                validate_task(stage, side, task)?;
-            }
-        }
         if let Some(t) = &spec.health_timeout {
             duration::parse(t).map_err(|e| {
                 (
@@ -129,7 +169,7 @@ impl<'a, 'o> Planner<'a, 'o> {
                 )
             })?;
         }
-        Ok(strategy)
+        Ok(())
     }
 
     /// The placement has scheduled its current spec, and the bindings seen hold every cluster
@@ -331,6 +371,16 @@ impl<'a, 'o> Planner<'a, 'o> {
         self.status.staged_update_strategy_snapshot = Some(strategy.clone());
         self.status.applied_override_snapshots = Some(self.o.override_snapshots.clone());
         self.status.policy_observed_cluster_count = Some(selected.scheduled.len() as i32);
+        // What the run's clusters run now: where onFailure: Rollback returns them.
+        let index = self.index();
+        self.status.previous_resource_snapshot_index = super::rollback::most_common_other(
+            selected
+                .scheduled
+                .iter()
+                .filter_map(|c| self.binding(c)?.resource_snapshot_index),
+            index,
+        )
+        .map(|i| i.to_string());
         self.status.stages_status = stages;
         self.status.deletion_stage_status = Some(StageUpdatingStatus {
             stage_name: DELETION_STAGE.to_string(),
@@ -429,6 +479,8 @@ fn task_status(
         type_: task.type_,
         approval_request_name,
         metric_check,
+        paused_seconds: None,
+        paused_since: None,
         conditions: Vec::new(),
     }
 }

@@ -29,7 +29,11 @@ mod execute;
 mod gates;
 mod initialize;
 mod metric;
+mod regression;
+mod rollback;
 mod siblings;
+
+pub use rollback::{ROLLBACK_STAGE, rollback_run_name};
 
 pub use fleethub_crds::metric_check::QueryOutcome;
 pub use siblings::SiblingRun;
@@ -288,6 +292,16 @@ pub enum Action {
         /// The MemberCluster.
         cluster: String,
     },
+    /// Create the rollback run `name` of this failed run unless it exists: the run's placement
+    /// at `index`, over the clusters `rollback` names.
+    CreateRollbackRun {
+        /// `<run>-rollback`.
+        name: String,
+        /// The snapshot index the clusters ran before.
+        index: i64,
+        /// What it reverts.
+        rollback: fleethub_crds::update_run::RollbackSpec,
+    },
 }
 
 /// Something worth a Kubernetes Event.
@@ -301,6 +315,8 @@ pub struct PlanEvent {
     pub message: String,
     /// How long what just finished took (a cluster update, a stage, an approval wait).
     pub seconds: Option<i64>,
+    /// For a rollback: the reason of the failure that caused it (a metric label).
+    pub cause: Option<&'static str>,
 }
 
 /// What to do next.
@@ -358,6 +374,7 @@ pub fn plan_from(o: &Observed<'_>, status: UpdateRunStatus) -> Plan {
         requeue: None,
         events: Vec::new(),
         queries: Vec::new(),
+        held: None,
     };
     p.run();
     Plan {
@@ -385,6 +402,8 @@ struct Planner<'a, 'o> {
     requeue: Option<Duration>,
     events: Vec<PlanEvent>,
     queries: Vec<MetricQuery>,
+    /// What holds the run this reconcile: a cluster it updated is regressed.
+    held: Option<String>,
 }
 
 impl Planner<'_, '_> {
@@ -440,6 +459,7 @@ impl Planner<'_, '_> {
             reason,
             message,
             seconds: None,
+            cause: None,
         });
     }
 
@@ -451,6 +471,7 @@ impl Planner<'_, '_> {
             reason,
             message,
             seconds,
+            cause: None,
         });
     }
 
@@ -573,6 +594,9 @@ impl Planner<'_, '_> {
     /// Counts the clusters the placement selects now that the run's plan does not update:
     /// they joined after it initialized (or left and came back).
     fn count_clusters_not_in_run(&mut self) {
+        if self.o.run.spec.rollback.is_some() {
+            return; // reverts only the clusters a failed run updated
+        }
         let in_run: std::collections::HashSet<&str> = self
             .status
             .stages_status
