@@ -162,6 +162,38 @@ fn a_large_stage_keeps_the_plan_and_every_cluster_the_planner_decides_on() {
 }
 
 #[test]
+fn a_large_stage_keeps_regressed_and_recovered_clusters_in_detail() {
+    let mut stage = stage(200);
+    for c in &mut stage.clusters {
+        c.conditions.retain(|c| c.type_ != CLUSTER_SKIPPED);
+    }
+    // Cluster 2 succeeded and is regressed now; cluster 7 succeeded, regressed and recovered.
+    let regressed = cond(
+        REGRESSED,
+        TRUE,
+        reason::CLUSTER_REGRESSED,
+        "regressed after its update: deployment app/web: 0/2 available",
+        50,
+    );
+    stage.clusters[2].conditions.push(regressed.clone());
+    let mut recovered = regressed;
+    recovered.status = FALSE.into();
+    recovered.reason = reason::CLUSTER_RECOVERED.into();
+    stage.clusters[7].conditions.push(recovered);
+    let (json, back) = round_trip(&stage);
+    assert_eq!(back.clusters[2], stage.clusters[2]);
+    assert_eq!(back.clusters[7], stage.clusters[7]);
+    assert_eq!(phase(&back.clusters[2]), ClusterPhase::Regressed);
+    assert_eq!(phase(&back.clusters[7]), ClusterPhase::Succeeded);
+    let succeeded = json["succeededClusters"].as_str().unwrap();
+    assert!(
+        !succeeded.split(',').any(|r| r == "2" || r == "7"),
+        "{succeeded}"
+    );
+    assert_eq!(json["clusterCounts"]["regressed"], 1);
+}
+
+#[test]
 fn succeeded_clusters_are_stored_as_index_ranges() {
     let mut stage = stage(200);
     for c in &mut stage.clusters[..150] {

@@ -22,7 +22,7 @@ fn gated() -> StagedUpdateStrategySpec {
 const CANARY_QUERY: &str = "sum(rate(errors{cluster=~\"canary-a\"}[5m])) < 0.01";
 
 /// Runs until nothing moves at `w.now`: every bound cluster reports ready.
-fn settle(w: &mut World) -> Plan {
+pub(super) fn settle(w: &mut World) -> Plan {
     let mut last = w.step();
     for _ in 0..20 {
         let bound: Vec<String> = binds(&last).iter().map(|s| s.to_string()).collect();

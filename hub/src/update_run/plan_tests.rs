@@ -1204,3 +1204,6 @@ fn the_run_controllers_cache_of_works_keeps_what_the_planner_reads() {
 
 #[path = "plan_scale_tests.rs"]
 mod scale;
+
+#[path = "plan_regression_tests.rs"]
+mod regressions;

@@ -137,6 +137,7 @@ impl Planner<'_, '_> {
                     generation,
                 );
                 set_condition(&mut cluster.conditions, c, now);
+                self.requeue_at(now.checked_add(health_timeout).unwrap_or(now));
                 self.event(
                     true,
                     reason::CLUSTER_REGRESSED,
