@@ -1,0 +1,326 @@
+//! A cluster is never judged once, on the real hub: a cluster that loses its workload after its
+//! update holds the run (its soak paused, the next stage not started) until it recovers; a run
+//! with `onFailure: Rollback` whose cluster stays regressed past its health timeout fails and
+//! rolls the clusters it updated back through the rollback run it creates.
+//!
+//! The members' reports come from a stand-in for the member agents (every new Work generation
+//! reported applied and available); a regression is the report an agent writes when its
+//! workload stops being available: the Work's `Available` turning False for the same
+//! generation.
+
+mod common;
+
+use common::{Scenario, TIMEOUT};
+use fleethub_crds::conditions::find;
+use fleethub_crds::update_run::{REGRESSED, reason};
+use fleethub_crds::{Binding, UpdateRun, Work, names};
+use fleethub_testkit::{Fleet, poll_until, wait_for};
+use futures::StreamExt;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use std::time::Duration;
+
+/// Reports every new Work generation of `placement` applied and available, at whatever index it
+/// carries (a rollback's too).
+fn report_every_generation(client: Client, placement: String) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let works: Api<Work> = Api::all(client.clone());
+        let cfg =
+            watcher::Config::default().labels(&format!("{}={placement}", names::PLACEMENT_LABEL));
+        let mut stream = watcher(works, cfg)
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(next) = stream.next().await {
+            let Ok(work) = next else { continue };
+            let generation = work.metadata.generation;
+            let reported = work
+                .status
+                .as_ref()
+                .and_then(|s| find(&s.conditions, "Available"))
+                .and_then(|c| c.observed_generation);
+            if reported == generation {
+                continue;
+            }
+            report(&client, &work, true, "reported by the test").await;
+        }
+    })
+}
+
+/// Writes the Work's status as its member's agent would: applied, and available or not.
+async fn report(client: &Client, work: &Work, available: bool, message: &str) {
+    let generation = work.metadata.generation;
+    let index = work.spec.resource_snapshot_index;
+    let now = jiff::Timestamp::now().to_string();
+    let cond = |t: &str, ok: bool| {
+        json!({"type": t, "status": if ok { "True" } else { "False" },
+               "reason": if ok { "Simulated" } else { "WorkloadsNotReady" }, "message": message,
+               "observedGeneration": generation, "lastTransitionTime": now})
+    };
+    let status = json!({"status": {"conditions": [cond("Applied", true), cond("Available", available)],
+                                   "appliedResourceSnapshotIndex": index}});
+    let api: Api<Work> = Api::namespaced(client.clone(), &work.namespace().unwrap());
+    api.patch_status(
+        &work.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&status),
+    )
+    .await
+    .unwrap();
+}
+
+/// The Work of `placement` on `cluster`, once it carries `index` and was reported available.
+async fn reported_work(hub: &Client, placement: &str, cluster: &str, index: i64) -> Work {
+    let works: Api<Work> = Api::namespaced(hub.clone(), &names::member_namespace(cluster));
+    poll_until("the cluster's Work reported", TIMEOUT, || async {
+        let list = works.list(&Default::default()).await.ok()?;
+        list.items.into_iter().find(|w| {
+            w.spec.placement_name == placement
+                && w.spec.resource_snapshot_index == index
+                && w.status.as_ref().is_some_and(|s| {
+                    find(&s.conditions, "Available").is_some_and(|c| {
+                        c.status == "True" && c.observed_generation == w.metadata.generation
+                    })
+                })
+        })
+    })
+    .await
+    .unwrap()
+}
+
+fn progressing(run: Option<&UpdateRun>) -> Option<(String, String)> {
+    let c = find(&run?.status.as_ref()?.conditions, "Progressing")?;
+    Some((c.reason.clone(), c.message.clone()))
+}
+
+fn cluster_condition(run: &UpdateRun, cluster: &str, type_: &str) -> Option<(String, String)> {
+    run.status
+        .as_ref()?
+        .stages_status
+        .iter()
+        .flat_map(|s| &s.clusters)
+        .find(|c| c.cluster_name == cluster)
+        .and_then(|c| find(&c.conditions, type_))
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+const LOST: &str = "deployment app/web: 0/2 replicas available";
+
+#[tokio::test]
+async fn a_cluster_that_regresses_during_its_soak_holds_the_run_until_it_recovers() {
+    let fleet = Fleet::get().unwrap();
+    let s = Scenario::new(fleet, "rg").await;
+    let hub = s.hub.clone();
+    let (run, placement) = (s.run.clone(), s.placement.clone());
+    let stg = s.member("stg", json!({"env": s.env("staging")})).await;
+    let prod = s.member("prod", json!({"env": s.env("production")})).await;
+    s.placement(&[&stg, &prod], false).await;
+    s.strategy(json!([
+        {"name": "staging", "labelSelector": {"matchLabels": {"env": s.env("staging")}},
+         "afterStageTasks": [{"type": "TimedWait", "waitTime": "4s"}]},
+        {"name": "production", "labelSelector": {"matchLabels": {"env": s.env("production")}}}]))
+        .await;
+    let members = report_every_generation(hub.clone(), placement.clone());
+    s.start_run(0).await;
+    let runs: Api<UpdateRun> = Api::all(hub.clone());
+
+    // Staging is updated and soaks; its workload is lost during the soak.
+    let work = reported_work(&hub, &placement, &stg, 0).await;
+    wait_for(
+        &runs,
+        &run,
+        "the staging soak",
+        TIMEOUT,
+        |r: Option<&UpdateRun>| progressing(r).is_some_and(|(why, _)| why == "UpdateRunWaiting"),
+    )
+    .await
+    .unwrap();
+    report(&hub, &work, false, LOST).await;
+    let held = wait_for(
+        &runs,
+        &run,
+        "the run to hold",
+        TIMEOUT,
+        |r: Option<&UpdateRun>| {
+            progressing(r).is_some_and(|(why, _)| why == reason::CLUSTER_REGRESSED)
+        },
+    )
+    .await
+    .unwrap();
+    let (_, message) = progressing(Some(&held)).unwrap();
+    assert!(
+        message.contains(&format!("{stg} regressed")) && message.contains(LOST),
+        "{message}"
+    );
+    assert_eq!(
+        cluster_condition(&held, &stg, REGRESSED),
+        Some(("True".into(), reason::CLUSTER_REGRESSED.into()))
+    );
+
+    // Well past the soak's 4 s, production is still not updated.
+    let bindings: Api<Binding> = Api::all(hub.clone());
+    let prod_binding = names::binding_name(&placement, &prod);
+    let early = wait_for(
+        &bindings,
+        &prod_binding,
+        "production bound while staging is regressed",
+        Duration::from_secs(10),
+        |b: Option<&Binding>| b.is_some_and(|b| b.spec.update_run_name.as_deref() == Some(&run)),
+    )
+    .await;
+    assert!(
+        early.is_err(),
+        "production was bound while staging was regressed"
+    );
+    let still = runs.get(&run).await.unwrap();
+    let soak = &still.status.as_ref().unwrap().stages_status[0].after_stage_task_status[0];
+    let paused = find(&soak.conditions, "WaitTimeElapsed").unwrap();
+    assert_eq!(paused.reason, reason::SOAK_PAUSED, "{}", paused.message);
+
+    // The workload comes back: the soak resumes and the run finishes.
+    report(&hub, &work, true, "available again").await;
+    let done = wait_for(
+        &runs,
+        &run,
+        "the run to succeed",
+        TIMEOUT,
+        common::succeeded,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        cluster_condition(&done, &stg, REGRESSED),
+        Some(("False".into(), reason::CLUSTER_RECOVERED.into()))
+    );
+    let soak = &done.status.as_ref().unwrap().stages_status[0].after_stage_task_status[0];
+    assert!(
+        soak.paused_seconds.unwrap_or(0) >= 10,
+        "the paused time is recorded: {soak:?}"
+    );
+    members.abort();
+}
+
+#[tokio::test]
+async fn on_failure_rollback_reverts_the_clusters_the_run_updated() {
+    let fleet = Fleet::get().unwrap();
+    let s = Scenario::new(fleet, "rb").await;
+    let hub = s.hub.clone();
+    let placement = s.placement.clone();
+    let first = s.member("first", json!({"env": s.env("first")})).await;
+    let second = s.member("second", json!({"env": s.env("second")})).await;
+    s.placement(&[&first, &second], false).await;
+    // The set-up run puts both clusters on snapshot 0 through a strategy without gates; the run
+    // under test soaks an hour after its first stage, so `second` is never reached.
+    let stages = |soak: bool| {
+        let tasks = if soak {
+            json!([{"type": "TimedWait", "waitTime": "1h"}])
+        } else {
+            json!([])
+        };
+        json!([
+            {"name": "first", "labelSelector": {"matchLabels": {"env": s.env("first")}},
+             "afterStageTasks": tasks},
+            {"name": "second", "labelSelector": {"matchLabels": {"env": s.env("second")}}}])
+    };
+    s.strategy(stages(true)).await;
+    let plain = format!("{}-plain", s.strategy);
+    s.create(
+        json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "StagedUpdateStrategy",
+        "metadata": {"name": plain}, "spec": {"stages": stages(false)}}),
+    )
+    .await;
+    let members = report_every_generation(hub.clone(), placement.clone());
+    let runs: Api<UpdateRun> = Api::all(hub.clone());
+    s.create(
+        json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "UpdateRun",
+        "metadata": {"name": s.run},
+        "spec": {"placementName": placement, "resourceSnapshotIndex": "0",
+                 "stagedRolloutStrategyName": plain}}),
+    )
+    .await;
+    wait_for(
+        &runs,
+        &s.run,
+        "the set-up run to succeed",
+        TIMEOUT,
+        common::succeeded,
+    )
+    .await
+    .unwrap();
+    s.set_version("2").await;
+    s.wait_snapshot(1).await;
+    let bad = format!("{}-bad", s.run);
+    let rollback = format!("{bad}-rollback");
+    s.cleanup.track::<UpdateRun>("hub", None, &rollback);
+    s.create(
+        json!({"apiVersion": "fleethub.dev/v1alpha1", "kind": "UpdateRun",
+        "metadata": {"name": bad},
+        "spec": {"placementName": placement, "resourceSnapshotIndex": "1",
+                 "stagedRolloutStrategyName": s.strategy, "healthTimeout": "3s",
+                 "onFailure": "Rollback"}}),
+    )
+    .await;
+    // `first` is updated to snapshot 1 and regresses there, for longer than the health timeout.
+    let work = reported_work(&hub, &placement, &first, 1).await;
+    wait_for(
+        &runs,
+        &bad,
+        "the soak after the first stage",
+        TIMEOUT,
+        |r: Option<&UpdateRun>| progressing(r).is_some_and(|(why, _)| why == "UpdateRunWaiting"),
+    )
+    .await
+    .unwrap();
+    report(&hub, &work, false, LOST).await;
+    let failed = wait_for(&runs, &bad, "the run to fail", TIMEOUT, common::ended)
+        .await
+        .unwrap();
+    let status = failed.status.as_ref().unwrap();
+    let succeeded = find(&status.conditions, "Succeeded").unwrap();
+    assert_eq!(
+        (succeeded.status.as_str(), succeeded.reason.as_str()),
+        ("False", reason::CLUSTER_FAILED)
+    );
+    assert!(
+        succeeded.message.contains("stayed regressed"),
+        "{}",
+        succeeded.message
+    );
+    assert_eq!(status.rollback_run.as_deref(), Some(rollback.as_str()));
+    assert_eq!(
+        status.previous_resource_snapshot_index.as_deref(),
+        Some("0")
+    );
+
+    // The rollback run puts `first` back on snapshot 0; `second` never saw snapshot 1.
+    let reverted = wait_for(
+        &runs,
+        &rollback,
+        "the rollback run to succeed",
+        TIMEOUT,
+        common::succeeded,
+    )
+    .await
+    .unwrap();
+    let spec = reverted.spec.rollback.as_ref().unwrap();
+    assert_eq!(
+        (spec.of.as_str(), spec.clusters.as_slice()),
+        (bad.as_str(), &[first.clone()][..])
+    );
+    assert_eq!(reverted.labels().get(names::ROLLBACK_OF_LABEL), Some(&bad));
+    let bindings: Api<Binding> = Api::all(hub.clone());
+    let index_of = |b: Binding| b.spec.resource_snapshot_index;
+    let first_binding = bindings
+        .get(&names::binding_name(&placement, &first))
+        .await
+        .unwrap();
+    assert_eq!(index_of(first_binding), Some(0));
+    let second_binding = bindings
+        .get(&names::binding_name(&placement, &second))
+        .await
+        .unwrap();
+    assert_ne!(index_of(second_binding), Some(1));
+    members.abort();
+}
