@@ -3,19 +3,24 @@
 //! with `onFailure: Rollback` whose cluster stays regressed past its health timeout fails and
 //! rolls the clusters it updated back through the rollback run it creates.
 //!
-//! The members' reports come from a stand-in for the member agents (every new Work generation
+//! With real member agents on kwok nodes, a stage's cluster that loses its capacity during the
+//! soak (nodes cordoned, pods deleted) holds the run until the capacity comes back.
+//!
+//! Elsewhere, the members' reports come from a stand-in for the member agents (every new Work generation
 //! reported applied and available); a regression is the report an agent writes when its
 //! workload stops being available: the Work's `Available` turning False for the same
 //! generation.
 
 mod common;
 
+use common::real::Rollout;
 use common::{Scenario, TIMEOUT};
 use fleethub_crds::conditions::find;
 use fleethub_crds::update_run::{REGRESSED, reason};
 use fleethub_crds::{Binding, UpdateRun, Work, names};
 use fleethub_testkit::{Fleet, poll_until, wait_for};
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -323,4 +328,123 @@ async fn on_failure_rollback_reverts_the_clusters_the_run_updated() {
         .unwrap();
     assert_ne!(index_of(second_binding), Some(1));
     members.abort();
+}
+
+/// Member `cluster`'s nodes cordoned for as long as it lives (uncordoned when dropped, also when
+/// the test fails).
+struct Cordoned<'a> {
+    fleet: &'a Fleet,
+    cluster: &'static str,
+    nodes: Vec<String>,
+}
+
+impl<'a> Cordoned<'a> {
+    fn new(fleet: &'a Fleet, cluster: &'static str) -> Self {
+        let out = common::kubectl_on(fleet, cluster, &["get", "nodes", "-o", "name"]);
+        let nodes: Vec<String> = out.lines().map(str::to_string).collect();
+        let c = Cordoned {
+            fleet,
+            cluster,
+            nodes,
+        };
+        let mut args = vec!["cordon"];
+        args.extend(c.nodes.iter().map(String::as_str));
+        common::kubectl_on(fleet, cluster, &args);
+        c
+    }
+}
+
+impl Drop for Cordoned<'_> {
+    fn drop(&mut self) {
+        let mut args = vec!["uncordon"];
+        args.extend(self.nodes.iter().map(String::as_str));
+        common::kubectl_on(self.fleet, self.cluster, &args);
+    }
+}
+
+#[tokio::test]
+async fn real_agents_capacity_lost_during_the_soak_holds_the_run_and_recovery_resumes_it() {
+    let fleet = Fleet::get().unwrap();
+    assert!(
+        fleet.member_count() >= 3,
+        "this test needs the fleet's three members"
+    );
+    let r = Rollout::new(
+        fleet,
+        "regress",
+        "registry.invalid/web:1",
+        [
+            json!([{"type": "TimedWait", "waitTime": "8s"}]),
+            json!([]),
+            json!([]),
+        ],
+    )
+    .await;
+    let hub = r.hub.clone();
+    let runs: Api<UpdateRun> = Api::all(hub.clone());
+    let run = r.start_run("v1", 0, Some("10m")).await;
+    r.wait_running(fleet, 1, "registry.invalid/web:1").await;
+    wait_for(
+        &runs,
+        &run,
+        "the staging soak",
+        TIMEOUT,
+        |r: Option<&UpdateRun>| progressing(r).is_some_and(|(why, _)| why == "UpdateRunWaiting"),
+    )
+    .await
+    .unwrap();
+
+    // member-1 loses its capacity: its nodes cordoned, its pods gone (their replacements
+    // cannot be scheduled).
+    let cordoned = Cordoned::new(fleet, "member-1");
+    common::kubectl_on(
+        fleet,
+        "member-1",
+        &["-n", &r.ns, "delete", "pods", "--all", "--wait=false"],
+    );
+    let held = wait_for(
+        &runs,
+        &run,
+        "the run to hold",
+        TIMEOUT,
+        |r: Option<&UpdateRun>| {
+            progressing(r).is_some_and(|(why, _)| why == reason::CLUSTER_REGRESSED)
+        },
+    )
+    .await
+    .unwrap();
+    let (_, message) = progressing(Some(&held)).unwrap();
+    assert!(
+        message.contains("member-1 regressed") && message.contains("deployment"),
+        "the member's words name the workload: {message}"
+    );
+    // Past the soak, canary (member-2) has not received the workload.
+    let canary: Api<Namespace> = Api::all(fleet.member(2).await.unwrap());
+    let early = poll_until(
+        "the canary to receive the workload",
+        Duration::from_secs(15),
+        || async { canary.get_opt(&r.ns).await.ok().flatten() },
+    )
+    .await;
+    assert!(
+        early.is_err(),
+        "the canary got the workload while staging was regressed"
+    );
+
+    // Capacity comes back: the pods run again, the run goes on to the end.
+    drop(cordoned);
+    let done = wait_for(
+        &runs,
+        &run,
+        "the run to succeed",
+        TIMEOUT,
+        common::succeeded,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        cluster_condition(&done, "member-1", REGRESSED),
+        Some(("False".into(), reason::CLUSTER_RECOVERED.into()))
+    );
+    r.wait_running(fleet, 3, "registry.invalid/web:1").await;
 }
