@@ -41,10 +41,14 @@ pub enum RunPhase {
     Stopped,
     /// An after-stage task (a soak or an approval) holds the run.
     Waiting,
-    /// A cluster holds the run: it failed (past its stage's maxFailedClusters), it regressed
-    /// after its update, or its member is not healthy at its turn; nothing new starts until it
-    /// recovers.
+    /// A cluster holds the run: it failed (past its stage's maxFailedClusters), or its member
+    /// is not healthy at its turn; nothing new starts until it recovers.
     Blocked,
+    /// A cluster the run updated regressed: nothing new starts and no gate passes until it
+    /// recovers (past the run's healthTimeout it counts as failed).
+    Held,
+    /// Every stage is done; the run watches every cluster for its `bake` before it succeeds.
+    Baking,
     /// Every cluster runs the snapshot.
     Succeeded,
     /// Over without succeeding: initialization failed, or a newer run superseded it.
@@ -73,9 +77,9 @@ impl RunPhase {
         match find(c, PROGRESSING).map(|p| p.reason.as_str()) {
             Some(reason::STOPPED) => RunPhase::Stopped,
             Some(reason::STOPPING) => RunPhase::Stopping,
-            Some(
-                reason::CLUSTER_FAILED | reason::WAITING_FOR_MEMBER | reason::CLUSTER_REGRESSED,
-            ) => RunPhase::Blocked,
+            Some(reason::CLUSTER_FAILED | reason::WAITING_FOR_MEMBER) => RunPhase::Blocked,
+            Some(reason::CLUSTER_REGRESSED) => RunPhase::Held,
+            Some(reason::BAKING) => RunPhase::Baking,
             Some(reason::WAITING) => RunPhase::Waiting,
             Some(reason::NOT_STARTED) => RunPhase::Planned,
             Some(reason::WAITING_FOR_PREVIOUS_RUN) => RunPhase::Queued,
@@ -96,6 +100,8 @@ impl RunPhase {
             RunPhase::Stopped => "Stopped",
             RunPhase::Waiting => "Waiting",
             RunPhase::Blocked => "Blocked",
+            RunPhase::Held => "Held",
+            RunPhase::Baking => "Baking",
             RunPhase::Succeeded => "Succeeded",
             RunPhase::Failed => "Failed",
         }
@@ -467,7 +473,11 @@ impl RunProgress {
     /// run's message and every failed cluster's.
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        if matches!(self.phase, RunPhase::Failed | RunPhase::Blocked) && !self.message.is_empty() {
+        if matches!(
+            self.phase,
+            RunPhase::Failed | RunPhase::Blocked | RunPhase::Held
+        ) && !self.message.is_empty()
+        {
             problems.push(self.message.clone());
         }
         for c in self.clusters() {

@@ -50,6 +50,17 @@ pub struct StagedUpdateStrategySpec {
     /// UpdateRun it creates and names in `status.rollbackRun`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_failure: Option<OnFailure>,
+    /// How long a run keeps watching every cluster after its last stage before it succeeds
+    /// (e.g. `10m`), unless the run sets its own: a regression meanwhile holds the run (or,
+    /// past its healthTimeout, fails it and, with `onFailure: Rollback`, rolls it back). An
+    /// AutoUpdatePolicy marks a version healthy only after it. At most a week.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 2, max = 20),
+        regex(pattern = crate::duration::DURATION_PATTERN)
+    )]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s') && duration(self) <= duration('168h')").message("bake must be longer than 0s and at most 168h (a week)"))]
+    pub bake: Option<String>,
 }
 
 /// What a run does when it fails.

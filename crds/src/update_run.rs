@@ -116,6 +116,8 @@ pub mod reason {
     pub const CLUSTER_REGRESSED: &str = "ClusterRegressed";
     /// Cluster Regressed=False: the cluster is healthy again.
     pub const CLUSTER_RECOVERED: &str = "ClusterRecovered";
+    /// Progressing=True: every stage is done; the run watches its clusters for its bake.
+    pub const BAKING: &str = "UpdateRunBaking";
     /// Event: a failed run with `onFailure: Rollback` created its rollback run.
     pub const RUN_ROLLED_BACK: &str = "RunRolledBack";
     /// TimedWait WaitTimeElapsed=False: the soak is paused while a cluster of the run is
@@ -244,6 +246,17 @@ pub struct UpdateRunSpec {
     /// strategy's `onFailure`, else `Hold`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_failure: Option<OnFailure>,
+    /// How long the run keeps watching every cluster after its last stage before it succeeds
+    /// (e.g. `10m`; default: the strategy's `bake`, else none). A regression meanwhile is
+    /// handled as during the run (it holds, the bake stands still; past healthTimeout the run
+    /// fails). At most a week.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 2, max = 20),
+        regex(pattern = crate::duration::DURATION_PATTERN)
+    )]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s') && duration(self) <= duration('168h')").message("bake must be longer than 0s and at most 168h (a week)"))]
+    pub bake: Option<String>,
     /// Set on a rollback run, which a failed run with `onFailure: Rollback` creates: the run it
     /// reverts and the clusters to roll back to `resourceSnapshotIndex`, in order (newest
     /// first). Such a run updates only these clusters, in one stage without gates; read once,
@@ -361,6 +374,9 @@ pub struct UpdateRunStatus {
     /// `onFailure: Rollback` returns the clusters it updated to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_resource_snapshot_index: Option<String>,
+    /// The bake after the last stage (`bake`), once it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bake: Option<BakeStatus>,
     /// The rollback UpdateRun this run created when it failed (`onFailure: Rollback`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback_run: Option<String>,
@@ -368,6 +384,23 @@ pub struct UpdateRunStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,
     /// When the run finished (succeeded or failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<Time>,
+}
+
+/// The bake after a run's last stage.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BakeStatus {
+    /// When it started (every stage was done).
+    pub start_time: Time,
+    /// Seconds it stood still while a cluster of the run was regressed (not counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_seconds: Option<i64>,
+    /// Since when it stands still (a cluster of the run is regressed now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_since: Option<Time>,
+    /// When it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_time: Option<Time>,
 }

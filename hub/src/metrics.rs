@@ -55,6 +55,8 @@ pub enum RunState {
     Stopped,
     /// A cluster failed; waiting for it to recover.
     Blocked,
+    /// A cluster the run updated regressed; waiting for it to recover.
+    Held,
     /// Finished successfully.
     Succeeded,
     /// Failed (initialization).
@@ -63,12 +65,13 @@ pub enum RunState {
 
 impl RunState {
     /// Every state, in the order of the lifecycle.
-    pub const ALL: [RunState; 7] = [
+    pub const ALL: [RunState; 8] = [
         RunState::Pending,
         RunState::Progressing,
         RunState::Waiting,
         RunState::Stopped,
         RunState::Blocked,
+        RunState::Held,
         RunState::Succeeded,
         RunState::Failed,
     ];

@@ -243,6 +243,8 @@ fn run_phase_state(phase: RunPhase, message: &str) -> State {
         RunPhase::Stopped => ("Stopped", Tone::Wait),
         RunPhase::Waiting => ("Waiting", Tone::Wait),
         RunPhase::Blocked => ("Blocked", Tone::Bad),
+        RunPhase::Held => ("Held", Tone::Bad),
+        RunPhase::Baking => ("Baking", Tone::Busy),
         RunPhase::Succeeded => ("Succeeded", Tone::Good),
         RunPhase::Failed => ("Failed", Tone::Bad),
     };

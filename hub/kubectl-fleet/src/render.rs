@@ -45,13 +45,15 @@ impl Style {
 fn run_colour(phase: RunPhase) -> &'static str {
     match phase {
         RunPhase::Succeeded => GREEN,
-        RunPhase::Failed | RunPhase::Blocked => RED,
+        RunPhase::Failed | RunPhase::Blocked | RunPhase::Held => RED,
         RunPhase::Waiting
         | RunPhase::Stopped
         | RunPhase::Stopping
         | RunPhase::Queued
         | RunPhase::Planned => YELLOW,
-        RunPhase::Pending | RunPhase::Initializing | RunPhase::Progressing => CYAN,
+        RunPhase::Pending | RunPhase::Initializing | RunPhase::Progressing | RunPhase::Baking => {
+            CYAN
+        }
     }
 }
 

@@ -590,6 +590,7 @@ async fn ensure_rollback_strategy(
                 ..Default::default()
             }],
             on_failure: None,
+            bake: None,
         },
         status: None,
     };

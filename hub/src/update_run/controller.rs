@@ -345,10 +345,11 @@ fn state_of(run: &UpdateRun) -> RunState {
         RunPhase::Pending | RunPhase::Queued | RunPhase::Initializing | RunPhase::Planned => {
             RunState::Pending
         }
-        RunPhase::Progressing | RunPhase::Stopping => RunState::Progressing,
+        RunPhase::Progressing | RunPhase::Stopping | RunPhase::Baking => RunState::Progressing,
         RunPhase::Waiting => RunState::Waiting,
         RunPhase::Stopped => RunState::Stopped,
         RunPhase::Blocked => RunState::Blocked,
+        RunPhase::Held => RunState::Held,
         RunPhase::Succeeded => RunState::Succeeded,
         RunPhase::Failed => RunState::Failed,
     }

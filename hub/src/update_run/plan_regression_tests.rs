@@ -375,3 +375,68 @@ fn a_rollback_run_reverts_only_its_clusters_in_order_without_gates() {
     let untouched = w.bindings.iter().find(|b| b.cluster == "canary-a").unwrap();
     assert_eq!(untouched.resource_snapshot_index, Some(2));
 }
+
+/// staging → production, no gates, a 2m bake.
+fn baked() -> StagedUpdateStrategySpec {
+    strategy(json!({"bake": "2m", "stages": [
+        {"name": "staging", "labelSelector": {"matchLabels": {"env": "staging"}}},
+        {"name": "production", "labelSelector": {"matchLabels": {"env": "production"}},
+         "maxConcurrency": "100%"}
+    ]}))
+}
+
+fn without_canary(w: &mut World) {
+    w.labels.remove("canary-a");
+    w.bindings.retain(|b| b.cluster != "canary-a");
+}
+
+#[test]
+fn a_bake_keeps_the_run_watching_after_its_last_stage_and_counts_only_healthy_time() {
+    let mut w = World::new();
+    without_canary(&mut w);
+    w.strategy = baked();
+    let p = settle(&mut w);
+    let (status, why, message) = run_condition(&p, PROGRESSING);
+    assert_eq!((status.as_str(), why.as_str()), ("True", reason::BAKING));
+    assert!(message.contains("0s of 2m"), "{message}");
+    assert!(find(&p.status.conditions, SUCCEEDED).is_none());
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(120)));
+    // A regression 30 s in: held, the bake stands still for 60 s.
+    w.now = t(30);
+    w.member_regressed("prod-a", LOST);
+    let p = w.step();
+    assert_eq!(run_condition(&p, PROGRESSING).1, "ClusterRegressed");
+    w.now = t(90);
+    w.member_ready("prod-a");
+    let p = w.step();
+    assert_eq!(run_condition(&p, PROGRESSING).1, reason::BAKING);
+    assert_eq!(p.status.bake.as_ref().unwrap().paused_seconds, Some(60));
+    w.now = t(179);
+    assert!(find(&w.step().status.conditions, SUCCEEDED).is_none());
+    w.now = t(180);
+    let p = w.step();
+    assert_eq!(run_condition(&p, SUCCEEDED).0, "True");
+    assert!(p.status.bake.as_ref().unwrap().end_time.is_some());
+}
+
+#[test]
+fn a_regression_during_the_bake_past_the_health_timeout_rolls_the_run_back() {
+    let mut w = World::new();
+    without_canary(&mut w);
+    on_snapshot_1(&mut w);
+    w.strategy = baked();
+    w.strategy.on_failure = Some(OnFailure::Rollback);
+    settle(&mut w);
+    w.now = t(10);
+    w.member_regressed("stage-a", LOST);
+    w.step();
+    w.now = t(310);
+    let p = w.step();
+    assert_eq!(run_condition(&p, SUCCEEDED).0, "False");
+    let (_, _, rollback) = &w.rollback_runs[0];
+    assert_eq!(rollback.clusters.len(), 5, "{:?}", rollback.clusters);
+    assert_eq!(
+        rollback.clusters.last().map(String::as_str),
+        Some("stage-a")
+    );
+}

@@ -124,6 +124,7 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
                     health_timeout: run.spec.health_timeout.clone(),
                     on_failure: Some(fleethub_crds::strategy::OnFailure::Hold),
                     rollback: Some(rollback.clone()),
+                    bake: None,
                 },
             );
             body.metadata.labels = Some(BTreeMap::from([(

@@ -129,6 +129,9 @@ impl Planner<'_, '_> {
         del.end_time.get_or_insert(Time(now));
         self.status.deletion_stage_status = Some(del);
         self.status.current_stage = None;
+        if !self.baked() {
+            return;
+        }
         self.status.end_time = Some(Time(now));
         let message = match super::exceptions(&self.status.stages_status) {
             None => format!(

@@ -177,6 +177,7 @@ impl Planner<'_, '_> {
             }
         }
         if let Some(held) = self.held.clone() {
+            self.pause_bake();
             return self.set_run(PROGRESSING, FALSE, reason::CLUSTER_REGRESSED, held);
         }
         self.deletion_stage(stopped);

@@ -24,6 +24,7 @@ use fleethub_crds::{Placement, UpdateRun, approval};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+mod bake;
 mod deletion;
 mod execute;
 mod gates;
