@@ -123,6 +123,10 @@ pub mod reason {
     /// TimedWait WaitTimeElapsed=False: the soak is paused while a cluster of the run is
     /// regressed (paused time does not count towards waitTime).
     pub const SOAK_PAUSED: &str = "SoakPaused";
+    /// Cluster Skipped=True, and run Progressing=False past the stage's budget: at its turn,
+    /// the cluster's workload was already unhealthy on the snapshot the run's clusters ran
+    /// before it (its Work not Applied or not Available); the run does not update it blindly.
+    pub const UNHEALTHY_BEFORE_UPDATE: &str = "UnhealthyBeforeUpdate";
     /// Cluster Succeeded=True.
     pub const CLUSTER_SUCCEEDED: &str = "ClusterUpdatingSucceeded";
     /// Cluster Succeeded=False: the member could not apply the Work.
@@ -274,7 +278,8 @@ pub struct RollbackSpec {
     #[schemars(length(min = 1, max = 63))]
     pub of: String,
     /// The clusters to roll back, in the order to roll them back (the failed run's newest
-    /// first).
+    /// first). Empty: every cluster the placement selects, through the run's strategy (an
+    /// AutoUpdatePolicy's rollback).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 20000))]
     pub clusters: Vec<String>,

@@ -2,6 +2,7 @@
 //! accepted, invalid ones rejected at admission with a message naming the offending field, and
 //! immutable fields kept immutable.
 
+use fleethub_crds::strategy::OnFailure;
 use fleethub_crds::{
     ApprovalRequest, Binding, MemberCluster, Placement, ResourceSnapshot, StagedUpdateStrategy,
     UpdateRun, Work,
@@ -638,6 +639,141 @@ async fn update_run_targets_are_immutable_but_state_is_not() {
         "spec",
         "resourceSnapshotIndex is immutable",
     );
+    api.delete(&name, &Default::default()).await.unwrap();
+}
+
+/// A dry-run create: admission runs in full, nothing is stored.
+fn dry_run() -> PostParams {
+    PostParams {
+        dry_run: true,
+        ..Default::default()
+    }
+}
+
+/// `onFailure`, on a run or a strategy, is `Hold` or `Rollback`.
+#[tokio::test]
+async fn on_failure_other_than_hold_or_rollback_is_rejected() {
+    let hub = Fleet::get().unwrap().hub().await.unwrap();
+    for (kind, api, mut spec) in [
+        ("UpdateRun", api_for::<UpdateRun>(&hub, None), run_spec()),
+        (
+            "StagedUpdateStrategy",
+            api_for::<StagedUpdateStrategy>(&hub, None),
+            reference_strategy(),
+        ),
+    ] {
+        spec["onFailure"] = json!("Sometimes");
+        rejected_with(
+            api.create(&dry_run(), &object(kind, &unique_name("on-failure"), spec))
+                .await,
+            "spec.onFailure",
+            "Unsupported value: \"Sometimes\"",
+        );
+    }
+}
+
+/// `bake`, on a run or a strategy, is a duration longer than 0s and at most a week.
+#[tokio::test]
+async fn bake_must_be_a_duration_longer_than_0s_and_at_most_a_week() {
+    let hub = Fleet::get().unwrap().hub().await.unwrap();
+    for (kind, api, spec) in [
+        ("UpdateRun", api_for::<UpdateRun>(&hub, None), run_spec()),
+        (
+            "StagedUpdateStrategy",
+            api_for::<StagedUpdateStrategy>(&hub, None),
+            reference_strategy(),
+        ),
+    ] {
+        for (bake, text) in [
+            ("0s", "bake must be longer than 0s and at most 168h"),
+            ("200h", "bake must be longer than 0s and at most 168h"),
+            ("soon", "should match"),
+        ] {
+            let mut spec = spec.clone();
+            spec["bake"] = json!(bake);
+            rejected_with(
+                api.create(&dry_run(), &object(kind, &unique_name("bake"), spec))
+                    .await,
+                "spec.bake",
+                text,
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn on_failure_rollback_and_a_bake_are_accepted_and_round_trip() {
+    let hub = Fleet::get().unwrap().hub().await.unwrap();
+    let strategies: Api<StagedUpdateStrategy> = Api::all(hub.clone());
+    let name = unique_name("rollback-bake");
+    let _strategy = cleanup::<StagedUpdateStrategy>(&name);
+    let mut spec = reference_strategy();
+    spec["onFailure"] = json!("Rollback");
+    spec["bake"] = json!("10m");
+    let strategy: StagedUpdateStrategy = serde_json::from_value(json!({
+        "apiVersion": "fleethub.dev/v1alpha1", "kind": "StagedUpdateStrategy",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap();
+    let created = strategies
+        .create(&PostParams::default(), &strategy)
+        .await
+        .unwrap();
+    assert_eq!(
+        created.spec, strategy.spec,
+        "the API server changed the strategy"
+    );
+    assert_eq!(created.spec.on_failure, Some(OnFailure::Rollback));
+    assert_eq!(created.spec.bake.as_deref(), Some("10m"));
+
+    let runs: Api<UpdateRun> = Api::all(hub);
+    let run = unique_name("rollback-bake-run");
+    let _run = cleanup::<UpdateRun>(&run);
+    // The run's placement does not exist, so it fails and updates no cluster; should it ever
+    // roll back anyway, its rollback run goes too.
+    _run.track::<UpdateRun>("hub", None, &format!("{run}-rollback"));
+    let update_run: UpdateRun = serde_json::from_value(json!({
+        "apiVersion": "fleethub.dev/v1alpha1", "kind": "UpdateRun",
+        "metadata": {"name": run},
+        "spec": {"placementName": "web", "resourceSnapshotIndex": "1",
+                 "stagedRolloutStrategyName": name, "onFailure": "Rollback", "bake": "10m"},
+    }))
+    .unwrap();
+    let created = runs
+        .create(&PostParams::default(), &update_run)
+        .await
+        .unwrap();
+    assert_eq!(
+        created.spec, update_run.spec,
+        "the API server changed the run"
+    );
+    assert_eq!(created.spec.on_failure, Some(OnFailure::Rollback));
+    assert_eq!(created.spec.bake.as_deref(), Some("10m"));
+}
+
+#[tokio::test]
+async fn rollback_of_is_immutable() {
+    let hub = Fleet::get().unwrap().hub().await.unwrap();
+    let api = api_for::<UpdateRun>(&hub, None);
+    let name = unique_name("rollback-of");
+    let _cleanup = cleanup::<UpdateRun>(&name);
+    let mut spec = run_spec();
+    spec["rollback"] = json!({"of": "a", "clusters": ["x"]});
+    let created = api
+        .create(&PostParams::default(), &object("UpdateRun", &name, spec))
+        .await
+        .unwrap();
+    assert_eq!(
+        created.data["spec"]["rollback"],
+        json!({"of": "a", "clusters": ["x"]})
+    );
+    rejected_with(
+        patch_spec(&api, &name, json!({"rollback": {"of": "b"}})).await,
+        "spec.rollback",
+        "rollback.of is immutable",
+    );
+    let current = api.get(&name).await.unwrap();
+    assert_eq!(current.data["spec"]["rollback"]["of"], "a");
     api.delete(&name, &Default::default()).await.unwrap();
 }
 

@@ -17,7 +17,9 @@ use fleethub_crds::field_manager::AUTO_UPDATE as FIELD_MANAGER;
 use fleethub_crds::placement::RolloutStrategyType;
 use fleethub_crds::run_progress::RunPhase;
 use fleethub_crds::strategy::{StageConfig, StagedUpdateStrategySpec};
-use fleethub_crds::update_run::{PROGRESSING, SUCCEEDED, UpdateRunSpec, reason as run_reason};
+use fleethub_crds::update_run::{
+    PROGRESSING, RollbackSpec, SUCCEEDED, UpdateRunSpec, reason as run_reason,
+};
 use fleethub_crds::work::AVAILABLE;
 use fleethub_crds::{Placement, ResourceSnapshot, StagedUpdateStrategy, UpdateRun, names};
 use futures::StreamExt;
@@ -540,7 +542,8 @@ async fn act(ctx: &Context, policy: &AutoUpdatePolicy, action: &Action) -> Resul
             name,
             snapshot_index,
             strategy,
-        } => ensure_run(ctx, policy, name, *snapshot_index, strategy).await,
+            rollback_of,
+        } => ensure_run(ctx, policy, name, *snapshot_index, strategy, rollback_of).await,
     }
 }
 
@@ -610,6 +613,7 @@ async fn ensure_run(
     name: &str,
     snapshot_index: i64,
     strategy: &str,
+    rollback_of: &Option<String>,
 ) -> Result<(), Error> {
     let run = UpdateRun {
         metadata: ObjectMeta {
@@ -624,6 +628,11 @@ async fn ensure_run(
             staged_rollout_strategy_name: strategy.to_string(),
             state: None,
             health_timeout: policy.spec.health_timeout.clone(),
+            // Every cluster of the placement, through the rollback strategy.
+            rollback: rollback_of.as_ref().map(|of| RollbackSpec {
+                of: of.clone(),
+                clusters: Vec::new(),
+            }),
             ..Default::default()
         },
         status: None,

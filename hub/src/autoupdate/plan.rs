@@ -119,6 +119,8 @@ pub enum Action {
         snapshot_index: i64,
         /// The StagedUpdateStrategy.
         strategy: String,
+        /// For a rollback run: the failed run it rolls back.
+        rollback_of: Option<String>,
     },
 }
 

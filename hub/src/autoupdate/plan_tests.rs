@@ -183,7 +183,8 @@ fn a_version_goes_through_applying_and_rolling_out_to_healthy() {
         Some(&Action::EnsureRun {
             name: "web-1-2-0".into(),
             snapshot_index: 5,
-            strategy: "three-stage".into()
+            strategy: "three-stage".into(),
+            rollback_of: None,
         })
     );
     assert_eq!(
@@ -265,6 +266,7 @@ fn a_failed_run_is_rolled_back_once_and_the_version_never_again() {
             name: "web-rollback-1-2-0".into(),
             snapshot_index: 6,
             strategy: "web-rollback".into(),
+            rollback_of: Some("web-1-2-0".into()),
         },
     ];
     assert_eq!(w.step().0, expected);

@@ -440,3 +440,86 @@ fn a_regression_during_the_bake_past_the_health_timeout_rolls_the_run_back() {
         Some("stage-a")
     );
 }
+
+/// `cluster` runs snapshot 1 (the fleet's known version) and its workload is unhealthy there.
+fn broken_on_1(w: &mut World, cluster: &str) {
+    w.works.insert(
+        cluster.into(),
+        WorkView {
+            index: 1,
+            generation: Some(1),
+            ..Default::default()
+        },
+    );
+    w.member_ready(cluster);
+    w.member_regressed(cluster, LOST);
+}
+
+#[test]
+fn a_cluster_unhealthy_before_its_turn_is_not_updated_and_holds_the_stage_past_its_budget() {
+    let mut w = World::new();
+    on_snapshot_1(&mut w);
+    broken_on_1(&mut w, "stage-a");
+    let p = w.step();
+    assert!(binds(&p).is_empty());
+    let (status, why, message) = run_condition(&p, PROGRESSING);
+    assert_eq!(
+        (status.as_str(), why.as_str()),
+        ("False", "WaitingForHealthyMember")
+    );
+    assert!(
+        message.contains("cluster stage-a") && message.contains(LOST),
+        "{message}"
+    );
+    assert_eq!(
+        p.events
+            .iter()
+            .filter(|e| e.reason == reason::UNHEALTHY_BEFORE_UPDATE)
+            .count(),
+        1
+    );
+    w.now = t(5);
+    let p = w.step();
+    assert!(
+        !p.events
+            .iter()
+            .any(|e| e.reason == reason::UNHEALTHY_BEFORE_UPDATE)
+    );
+    // Healthy again on its snapshot: its turn comes.
+    w.member_ready("stage-a");
+    assert_eq!(binds(&w.step()), ["stage-a"]);
+}
+
+#[test]
+fn within_max_failed_clusters_a_cluster_unhealthy_before_its_turn_is_passed_over() {
+    let mut w = World::new();
+    on_snapshot_1(&mut w);
+    w.strategy.stages[2].max_failed_clusters = Some(1);
+    broken_on_1(&mut w, "prod-c");
+    settle(&mut w);
+    w.now = t(60);
+    settle(&mut w);
+    w.approve("rollout-canary");
+    let p = w.step();
+    assert_eq!(binds(&p), ["prod-a", "prod-b"], "prod-c passed over");
+    let c = w.cluster_status(2, "prod-c");
+    let skipped = find(&c.conditions, "Skipped").unwrap();
+    assert_eq!(skipped.reason, reason::UNHEALTHY_BEFORE_UPDATE);
+    assert!(skipped.message.contains(LOST), "{}", skipped.message);
+}
+
+#[test]
+fn a_cluster_broken_on_another_snapshot_or_in_a_rollback_is_updated() {
+    // Broken on snapshot 3 (a failed rollout), not on the fleet's snapshot 1: the run may fix it.
+    let mut w = World::new();
+    on_snapshot_1(&mut w);
+    broken_on_1(&mut w, "stage-a");
+    w.works.get_mut("stage-a").unwrap().index = 3;
+    assert_eq!(binds(&w.step()), ["stage-a"]);
+    // A run back to an older snapshot is a rollback: it goes.
+    let mut w = World::new();
+    on_snapshot_1(&mut w);
+    broken_on_1(&mut w, "stage-a");
+    w.run.spec.resource_snapshot_index = Some("0".into());
+    assert_eq!(binds(&w.step()), ["stage-a"]);
+}

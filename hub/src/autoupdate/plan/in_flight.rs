@@ -43,6 +43,7 @@ impl Stepper<'_, '_> {
                     name: name.clone(),
                     snapshot_index: index,
                     strategy: o.spec.staged_rollout_strategy_name.clone(),
+                    rollback_of: None,
                 });
                 self.rolling_out(status, &flight, &name);
                 status.in_flight = Some(flight);
@@ -61,6 +62,7 @@ impl Stepper<'_, '_> {
                                     .snapshot_index
                                     .unwrap_or(flight.previous_snapshot_index),
                                 strategy: o.spec.staged_rollout_strategy_name.clone(),
+                                rollback_of: None,
                             });
                         }
                         self.rolling_out(status, &flight, &name);
@@ -130,7 +132,7 @@ impl Stepper<'_, '_> {
                         Some(index) => {
                             flight.rollback_snapshot_index = Some(index);
                             flight.rollback_run = Some(name.clone());
-                            self.rollback_run_actions(index, &name);
+                            self.rollback_run_actions(index, &name, flight.update_run.clone());
                             self.rolling_back(status, &flight, &name);
                         }
                         None => self.condition(
@@ -151,7 +153,7 @@ impl Stepper<'_, '_> {
                 };
                 match &o.rollback_run {
                     RunOutcome::Missing => {
-                        self.rollback_run_actions(index, &name);
+                        self.rollback_run_actions(index, &name, flight.update_run.clone());
                         self.rolling_back(status, &flight, &name);
                         status.in_flight = Some(flight);
                     }
@@ -296,7 +298,9 @@ impl Stepper<'_, '_> {
         status.in_flight = Some(flight);
     }
 
-    fn rollback_run_actions(&mut self, index: i64, name: &str) {
+    /// The rollback run of the failed run `of`: an UpdateRun with `spec.rollback` (so it updates
+    /// clusters whatever their health, and never rolls back itself).
+    fn rollback_run_actions(&mut self, index: i64, name: &str, of: Option<String>) {
         let o = self.o;
         let strategy = match &o.spec.rollback_strategy_name {
             Some(s) => s.clone(),
@@ -310,6 +314,7 @@ impl Stepper<'_, '_> {
             name: name.to_string(),
             snapshot_index: index,
             strategy,
+            rollback_of: of,
         });
     }
 }

@@ -46,8 +46,8 @@ pub(super) fn skipped(c: &ClusterUpdatingStatus) -> bool {
 }
 
 /// What counts against a stage's maxFailedClusters: failed clusters (also those that stayed
-/// regressed past the health timeout) and clusters passed over because their member was not
-/// healthy.
+/// regressed past the health timeout) and clusters passed over because their member, or their
+/// workload, was not healthy at their turn.
 pub(super) fn spent(stage: &StageUpdatingStatus) -> usize {
     stage
         .clusters
@@ -55,6 +55,7 @@ pub(super) fn spent(stage: &StageUpdatingStatus) -> usize {
         .filter(|c| {
             (conditions::is_false(&c.conditions, SUCCEEDED) && !skipped(c))
                 || skipped_as(c, reason::MEMBER_UNHEALTHY)
+                || skipped_as(c, reason::UNHEALTHY_BEFORE_UPDATE)
         })
         .count()
 }
@@ -451,6 +452,26 @@ impl Planner<'_, '_> {
         false
     }
 
+    /// Why `cluster` must not be updated blindly, if so: a forward run (not a rollback) reaches
+    /// it while its workload is unhealthy on the snapshot the run's clusters ran before (the
+    /// fleet's known version). A cluster broken on another snapshot (a failed earlier rollout)
+    /// is updated: the run may be its fix.
+    fn unhealthy_before_update(&self, cluster: &str) -> Option<String> {
+        let previous = self
+            .status
+            .previous_resource_snapshot_index
+            .as_deref()?
+            .parse::<i64>()
+            .ok()?;
+        if self.o.run.spec.rollback.is_some() || self.index() <= previous {
+            return None;
+        }
+        match super::regression::health(self.o.works.get(cluster), previous) {
+            super::regression::Health::Unhealthy(why) => Some(why),
+            super::regression::Health::Healthy | super::regression::Health::Unknown => None,
+        }
+    }
+
     /// The Bind of `binding` to `index` with the overrides the run fixed.
     fn bind(&self, binding: &BindingView, index: i64) -> Action {
         Action::Bind {
@@ -509,6 +530,39 @@ impl Planner<'_, '_> {
                 self.event(
                     true,
                     reason::MEMBER_UNHEALTHY,
+                    format!("stage {stage_name}: {message}"),
+                );
+                continue;
+            }
+            if let Some(why) = self.unhealthy_before_update(&name) {
+                if spent(&self.status.stages_status[i]) >= budget {
+                    let message = format!(
+                        "waiting for cluster {name} to become healthy before updating it: its workload is not healthy on the snapshot it runs ({why}); fix it, or allow for it in the stage's maxFailedClusters"
+                    );
+                    // The run's condition says "stage <name>: <message>" while it waits.
+                    let first = find(&self.status.conditions, PROGRESSING)
+                        .is_none_or(|c| !c.message.ends_with(&message));
+                    if first {
+                        self.event(true, reason::UNHEALTHY_BEFORE_UPDATE, message.clone());
+                    }
+                    return Some(message);
+                }
+                let message = format!(
+                    "cluster {name}'s workload was not healthy at its turn ({why}); not updated, passed over within the stage's maxFailedClusters {budget}"
+                );
+                let c = NewCondition::new(
+                    CLUSTER_SKIPPED,
+                    TRUE,
+                    reason::UNHEALTHY_BEFORE_UPDATE,
+                    message.clone(),
+                    self.generation,
+                );
+                let cluster = &mut self.status.stages_status[i].clusters[j];
+                set_condition(&mut cluster.conditions, c, now);
+                cluster.end_time = Some(Time(now));
+                self.event(
+                    true,
+                    reason::UNHEALTHY_BEFORE_UPDATE,
                     format!("stage {stage_name}: {message}"),
                 );
                 continue;

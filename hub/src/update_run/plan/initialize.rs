@@ -33,7 +33,16 @@ impl<'a, 'o> Planner<'a, 'o> {
     /// (`spec.state: Initialize`) is planned even while an earlier run of the placement goes on:
     /// it does not supersede that run until it is set to Run.
     pub(super) fn initialize(&mut self, plan_only: bool) -> Result<(), Refusal> {
-        if let Some(rollback) = &self.o.run.spec.rollback {
+        // A rollback that names no clusters (an AutoUpdatePolicy's) updates the placement's
+        // clusters through its strategy, as any run.
+        if let Some(rollback) = self
+            .o
+            .run
+            .spec
+            .rollback
+            .as_ref()
+            .filter(|r| !r.clusters.is_empty())
+        {
             return self.initialize_rollback(rollback, plan_only);
         }
         let strategy = self.validate()?;

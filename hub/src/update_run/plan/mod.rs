@@ -595,7 +595,14 @@ impl Planner<'_, '_> {
     /// Counts the clusters the placement selects now that the run's plan does not update:
     /// they joined after it initialized (or left and came back).
     fn count_clusters_not_in_run(&mut self) {
-        if self.o.run.spec.rollback.is_some() {
+        if self
+            .o
+            .run
+            .spec
+            .rollback
+            .as_ref()
+            .is_some_and(|r| !r.clusters.is_empty())
+        {
             return; // reverts only the clusters a failed run updated
         }
         let in_run: std::collections::HashSet<&str> = self
