@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 
 pub mod auto_update;
 pub mod real;
+pub mod regressions;
 
 pub const TIMEOUT: Duration = Duration::from_secs(120);
 /// The hub's own namespace on the local fleet (its Lease, metric checks' Secrets).

@@ -39,7 +39,7 @@ impl Planner<'_, '_> {
             return true;
         };
         let now = self.o.now;
-        let bake = self.status.bake.get_or_insert_with(|| BakeStatus {
+        let bake = self.status.bake.get_or_insert(BakeStatus {
             start_time: Time(now),
             paused_seconds: None,
             paused_since: None,
