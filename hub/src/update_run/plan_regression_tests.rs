@@ -523,3 +523,18 @@ fn a_cluster_broken_on_another_snapshot_or_in_a_rollback_is_updated() {
     w.run.spec.resource_snapshot_index = Some("0".into());
     assert_eq!(binds(&w.step()), ["stage-a"]);
 }
+
+#[test]
+fn on_failure_rollback_set_on_a_run_stopped_at_a_failed_cluster_rolls_it_back() {
+    let mut w = World::new();
+    on_snapshot_1(&mut w);
+    w.step();
+    w.member_apply_failed("stage-a", "denied");
+    let p = w.step();
+    assert!(find(&p.status.conditions, SUCCEEDED).is_none(), "held");
+    w.run.spec.on_failure = Some(OnFailure::Rollback);
+    w.now = t(30);
+    let p = w.step();
+    assert_eq!(run_condition(&p, SUCCEEDED).0, "False");
+    assert_eq!(w.rollback_runs[0].2.clusters, ["stage-a"]);
+}
