@@ -54,7 +54,7 @@ pub fn readiness(object: &Value) -> Readiness {
         (fleethub_crds::GROUP, "PhasedRollout") => phased_rollout,
         _ => return Readiness::Ready,
     };
-    let label = format!("{} {}", kind.to_lowercase(), display_name(object));
+    let label = label(object);
     match check(object) {
         None => Readiness::Ready,
         Some(missing) => Readiness::NotReady(format!("{label}: {missing}")),
@@ -88,6 +88,66 @@ const STUCK_REASONS: [&str; 7] = [
     "CreateContainerError",
     "RunContainerError",
 ];
+
+/// How long a container restart counts against its workload: a crash-looping container, whose
+/// kubelet back-off grows to 5 minutes, never looks healthy between two crashes; a workload
+/// whose containers last restarted longer ago than this is healthy again.
+pub const RECENT_RESTARTS: Duration = Duration::from_secs(600);
+
+/// The containers of `pods` that restarted after `since` (the update was applied, or
+/// [`RECENT_RESTARTS`] ago if later), one sentence per container and reason: `container web
+/// (image reg/demo:1.3.0) restarted 2 times since the update in 1 pod: last it exited with code
+/// 1 (Error)`. A ready workload whose pods crash and come back is not healthy.
+pub fn restarts_since(pods: &[Value], since: Timestamp) -> Vec<String> {
+    // (container, image, reason) → (restarts, pods, exit code), in the order first seen.
+    let mut seen: Vec<((String, String, String), (i64, usize, Option<i64>))> = Vec::new();
+    for pod in pods {
+        if pod["metadata"]["deletionTimestamp"].is_string() {
+            continue;
+        }
+        let statuses = pod["status"]["containerStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten();
+        for c in statuses {
+            let restarts = c["restartCount"].as_i64().unwrap_or(0);
+            let last = &c["lastState"]["terminated"];
+            let finished = last["finishedAt"]
+                .as_str()
+                .and_then(|t| t.parse::<Timestamp>().ok());
+            if restarts == 0 || finished.is_none_or(|f| f < since) {
+                continue;
+            }
+            let name = c["name"].as_str().unwrap_or("?").to_string();
+            let image = c["image"].as_str().unwrap_or("?").to_string();
+            let reason = last["reason"].as_str().unwrap_or("Error").to_string();
+            let code = last["exitCode"].as_i64();
+            match seen.iter_mut().find(|(k, _)| k.0 == name && k.2 == reason) {
+                Some((_, (r, n, _))) => {
+                    *r += restarts;
+                    *n += 1;
+                }
+                None => seen.push(((name, image, reason), (restarts, 1, code))),
+            }
+        }
+    }
+    seen.into_iter()
+        .map(|((name, image, reason), (restarts, pods, code))| {
+            let times = if restarts == 1 { "once".to_string() } else { format!("{restarts} times") };
+            let pods = if pods == 1 { "1 pod".to_string() } else { format!("{pods} pods") };
+            let exit = code.map_or(String::new(), |c| format!("exited with code {c} "));
+            format!(
+                "container {name} (image {image}) restarted {times} since the update in {pods}: last it {exit}({reason})"
+            )
+        })
+        .collect()
+}
+
+/// `kind namespace/name` of an object, as readiness messages name it.
+pub fn label(object: &Value) -> String {
+    let kind = object["kind"].as_str().unwrap_or_default();
+    format!("{} {}", kind.to_lowercase(), display_name(object))
+}
 
 /// How long a pod problem's message may be in the Work's condition.
 const PROBLEM_MESSAGE_CHARS: usize = 300;

@@ -418,3 +418,33 @@ fn verdict_names_a_few_objects_and_counts_the_rest() {
         "deployment app/w1: 0/1 replicas ready; deployment app/w2: 0/1 replicas ready; deployment app/w3: 0/1 replicas ready; and 2 more"
     );
 }
+
+fn restarted(name: &str, count: i64, finished: &str, reason: &str, code: i64) -> Value {
+    json!({"metadata": {"name": name}, "status": {"containerStatuses": [{
+        "name": "demo", "image": "reg/demo:1.3.0", "ready": true, "restartCount": count,
+        "lastState": {"terminated": {"exitCode": code, "reason": reason, "finishedAt": finished}}}]}})
+}
+
+#[test]
+fn restarts_after_the_update_are_named_and_earlier_ones_are_not() {
+    let since: Timestamp = "2026-11-29T10:00:00Z".parse().unwrap();
+    let pods = [
+        restarted("a", 2, "2026-11-29T10:00:30Z", "Error", 1),
+        restarted("b", 1, "2026-11-29T10:01:00Z", "Error", 1),
+        // Before the update: an old crash of this pod does not count.
+        restarted("c", 4, "2026-11-29T09:59:00Z", "Error", 1),
+        restarted("d", 1, "2026-11-29T10:02:00Z", "OOMKilled", 137),
+        // Never restarted.
+        json!({"metadata": {"name": "e"}, "status": {"containerStatuses": [{
+            "name": "demo", "image": "reg/demo:1.3.0", "ready": true, "restartCount": 0}]}}),
+    ];
+    assert_eq!(
+        restarts_since(&pods, since),
+        [
+            "container demo (image reg/demo:1.3.0) restarted 3 times since the update in 2 pods: last it exited with code 1 (Error)",
+            "container demo (image reg/demo:1.3.0) restarted once since the update in 1 pod: last it exited with code 137 (OOMKilled)",
+        ]
+    );
+    assert!(restarts_since(&pods[2..3], since).is_empty());
+    assert!(restarts_since(&pods[4..], since).is_empty());
+}

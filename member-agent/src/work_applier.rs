@@ -326,7 +326,23 @@ async fn reconcile(work: Arc<Work>, ctx: Arc<Context>) -> Result<Action, Error> 
         let now = ctx.clock.now();
         let pods_worth_reading = not_available_since(&work, now)
             .is_some_and(|since| since >= POD_PROBLEMS_AFTER);
-        let (mut reports, pods_pending) = reports_of(&outcomes, pods_worth_reading, &ctx).await;
+        // Until the Work is reported available for its generation (a rollout, or a workload
+        // that lost its health), a ready workload's pods are read for restarts since the update:
+        // a container that crashes and comes back is no healthy release. Once available, no pod
+        // is read (a crash makes the workload unready first, which the agent watches).
+        let restarts_since = (!available_for_generation(&work)).then(|| {
+            let applied = work_status::applied_at(
+                work.status.as_ref().map_or(&[][..], |s| &s.conditions),
+                work.metadata.generation,
+                now,
+            );
+            let recent = now
+                .checked_sub(availability::RECENT_RESTARTS)
+                .unwrap_or(applied);
+            applied.max(recent)
+        });
+        let (mut reports, pods_pending) =
+            reports_of(&outcomes, pods_worth_reading, restarts_since, &ctx).await;
         let plan_of = |reports: &[ManifestReport]| {
             work_status::plan(&StatusInput {
             previous: work.status.as_ref(),
@@ -496,11 +512,58 @@ fn not_available_since(work: &Work, now: jiff::Timestamp) -> Option<Duration> {
 /// (most are done within this) costs no pod list per progress event.
 const POD_PROBLEMS_AFTER: Duration = Duration::from_secs(2);
 
+/// Whether the Work is reported available for its current generation.
+fn available_for_generation(work: &Work) -> bool {
+    work.status
+        .as_ref()
+        .and_then(|s| fleethub_crds::conditions::find(&s.conditions, "Available"))
+        .is_some_and(|c| c.status == "True" && c.observed_generation == work.metadata.generation)
+}
+
+/// A ready workload whose containers restarted after `since` is not ready: read from its pods.
+/// A failed read leaves it ready (its own status says so).
+async fn with_restarts(
+    readiness: availability::Readiness,
+    object: &Value,
+    since: jiff::Timestamp,
+    ctx: &Context,
+) -> (availability::Readiness, bool) {
+    let (Some(selector), Some(ns)) = (
+        availability::pod_selector(object),
+        object["metadata"]["namespace"].as_str(),
+    ) else {
+        return (readiness, false);
+    };
+    let pods: Api<Pod> = Api::namespaced(ctx.member.clone(), ns);
+    ctx.metrics.object_read();
+    let restarts = match pods.list(&ListParams::default().labels(&selector)).await {
+        Ok(list) => {
+            let values: Vec<Value> = list
+                .items
+                .iter()
+                .filter_map(|p| serde_json::to_value(p).ok())
+                .collect();
+            availability::restarts_since(&values, since)
+        }
+        Err(e) => {
+            tracing::debug!(namespace = ns, %selector, error = %e, "cannot read the pods of a ready workload");
+            Vec::new()
+        }
+    };
+    if restarts.is_empty() {
+        return (readiness, false);
+    }
+    let message = format!("{}: {}", availability::label(object), restarts.join("; "));
+    (availability::Readiness::NotReady(message), true)
+}
+
 /// Each manifest's report from what its apply found, with the pods' problems of a workload that
-/// is not ready when `pods_worth_reading`; and whether a workload waits for its pods.
+/// is not ready when `pods_worth_reading`, and the restarts after `restarts_since` of one that
+/// is; and whether a workload waits for its pods.
 async fn reports_of(
     outcomes: &[apply::ManifestOutcome],
     pods_worth_reading: bool,
+    restarts_since: Option<jiff::Timestamp>,
     ctx: &Context,
 ) -> (Vec<ManifestReport>, bool) {
     let mut reports = Vec::with_capacity(outcomes.len());
@@ -516,10 +579,19 @@ async fn reports_of(
                 {
                     pods_pending = true;
                 }
-                Ok(match pods_worth_reading {
-                    true => with_pod_problems(readiness, &applied.object, ctx).await,
-                    false => readiness,
-                })
+                match (&readiness, restarts_since) {
+                    (availability::Readiness::Ready, Some(since)) => {
+                        let (readiness, restarted) =
+                            with_restarts(readiness, &applied.object, since, ctx).await;
+                        // Looked at again soon: the restarts count only for a while.
+                        pods_pending |= restarted;
+                        Ok(readiness)
+                    }
+                    _ => Ok(match pods_worth_reading {
+                        true => with_pod_problems(readiness, &applied.object, ctx).await,
+                        false => readiness,
+                    }),
+                }
             }
             Err(e) => Err(e.clone()),
         };

@@ -11,7 +11,9 @@
 //! ```
 //!
 //! Version `1.2.0` is a deliberately broken release: it exits at start with an error, so its pods
-//! end in `CrashLoopBackOff` and never become ready.
+//! end in `CrashLoopBackOff` and never become ready. Version `1.3.0` is broken the sly way: it
+//! turns ready, then exits with an error after about 20 s (every time it starts), as a release
+//! that passes its rollout and fails in its soak.
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
@@ -24,6 +26,9 @@ use axum::routing::get;
 
 /// The version that is broken on purpose (the staged-rollout demos roll it out to see it fail).
 const BROKEN_VERSION: &str = "1.2.0";
+/// The version that turns ready and exits [`LATE_CRASH_AFTER`] later.
+const LATE_CRASH_VERSION: &str = "1.3.0";
+const LATE_CRASH_AFTER: std::time::Duration = std::time::Duration::from_secs(20);
 
 struct App {
     version: String,
@@ -52,6 +57,16 @@ async fn main() {
         }
     };
     eprintln!("demo-app {version} listening on http://{listen}");
+    if version == LATE_CRASH_VERSION {
+        let v = version.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(LATE_CRASH_AFTER).await;
+            eprintln!(
+                "demo-app {v}: this release fails after it turned ready, on purpose; exiting"
+            );
+            std::process::exit(1);
+        });
+    }
     let app = Arc::new(App {
         version,
         pod,

@@ -39,7 +39,8 @@ impl Fleet {
     }
 
     /// The demo app's image at `version` in the fleet's registry (`1.0.0`, `1.1.0`, the broken
-    /// `1.2.0`; deploy/local/build-images).
+    /// `1.2.0`, and `1.3.0`, which exits about 20 s after it turned ready;
+    /// deploy/local/build-images).
     pub fn demo_image(&self, version: &str) -> Result<String, Error> {
         Ok(format!("{}/demo:{version}", self.registry()?))
     }

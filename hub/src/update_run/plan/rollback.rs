@@ -136,7 +136,9 @@ impl Planner<'_, '_> {
     }
 }
 
-/// The snapshot index most of `indexes` are at, ignoring `index` itself (ties: the newest).
+/// The snapshot index most of `indexes` are at, ignoring `index` itself. Ties go to the older
+/// index: a rollout that failed part-way leaves its newer index on the fewer clusters, and the
+/// older one is the known version.
 pub(super) fn most_common_other(indexes: impl Iterator<Item = i64>, index: i64) -> Option<i64> {
     let mut counts: HashMap<i64, usize> = HashMap::new();
     for i in indexes.filter(|i| *i != index) {
@@ -144,7 +146,7 @@ pub(super) fn most_common_other(indexes: impl Iterator<Item = i64>, index: i64) 
     }
     counts
         .into_iter()
-        .max_by_key(|(i, n)| (*n, *i))
+        .max_by_key(|(i, n)| (*n, std::cmp::Reverse(*i)))
         .map(|(i, _)| i)
 }
 
@@ -168,6 +170,10 @@ mod tests {
             Some(2)
         );
         assert_eq!(most_common_other([4, 4].into_iter(), 4), None);
-        assert_eq!(most_common_other([1, 2].into_iter(), 5), Some(2));
+        assert_eq!(
+            most_common_other([1, 2].into_iter(), 5),
+            Some(1),
+            "ties: the older"
+        );
     }
 }
