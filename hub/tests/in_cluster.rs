@@ -683,3 +683,115 @@ async fn real_pods_move_stage_by_stage_and_bad_images_fail_their_cluster() {
         eprintln!("{run} stopped at {cluster}: {message}");
     }
 }
+
+/// Whether the run is held by a regressed cluster, with its message.
+fn held(r: Option<&UpdateRun>) -> Option<String> {
+    let c = find(&r?.status.as_ref()?.conditions, "Progressing")?;
+    (c.reason == fleethub_crds::update_run::reason::CLUSTER_REGRESSED).then(|| c.message.clone())
+}
+
+#[tokio::test]
+async fn a_release_that_fails_in_its_soak_is_held_in_staging_and_rolled_back() {
+    let Some(fleet) = in_cluster_fleet() else {
+        return;
+    };
+    let demo = Demo::new(fleet).await;
+    let n = demo.members;
+    let runs: Api<UpdateRun> = Api::all(demo.hub.clone());
+    let first = demo.start_run("v100", 0, "3m").await;
+    let approver = auto_approve(demo.hub.clone(), first.clone());
+    wait_for(&runs, &first, "1.0.0 rolled out", TIMEOUT, run_succeeded)
+        .await
+        .unwrap();
+    approver.abort();
+    for i in 1..=n {
+        demo.wait_serving(fleet, i, "1.0.0").await;
+    }
+
+    // The first stage soaks a minute; 1.3.0 turns ready, then exits 20 s later, every time.
+    let soak = json!({"spec": {"stages": [{"name": "stage-1",
+        "labelSelector": {"matchLabels": {"order": "1"}},
+        "afterStageTasks": [{"type": "TimedWait", "waitTime": "60s"}]}]}});
+    let mut strategy = Api::<StagedUpdateStrategy>::all(demo.hub.clone())
+        .get(&demo.id)
+        .await
+        .unwrap();
+    strategy.spec.stages[0] = serde_json::from_value(soak["spec"]["stages"][0].clone()).unwrap();
+    Api::<StagedUpdateStrategy>::all(demo.hub.clone())
+        .replace(&demo.id, &PostParams::default(), &strategy)
+        .await
+        .unwrap();
+    let late = fleet.demo_image("1.3.0").unwrap();
+    demo.set_image(&late).await;
+    demo.wait_snapshot(1).await;
+    let name = format!("{}-v130", demo.id);
+    let rollback = format!("{name}-rollback");
+    demo.cleanup.track::<UpdateRun>("real-hub", None, &rollback);
+    demo.cleanup.track::<UpdateRun>("real-hub", None, &name);
+    let run: UpdateRun = serde_json::from_value(json!({
+        "apiVersion": "fleethub.dev/v1alpha1", "kind": "UpdateRun", "metadata": {"name": name},
+        "spec": {"placementName": demo.id, "resourceSnapshotIndex": "1",
+                 "stagedRolloutStrategyName": demo.id, "healthTimeout": "40s",
+                 "onFailure": "Rollback"}}))
+    .unwrap();
+    runs.create(&PostParams::default(), &run).await.unwrap();
+
+    // real-1 runs 1.3.0, passes its update, then regresses in its soak: the run holds, naming
+    // what its pods do.
+    let holding = wait_for(
+        &runs,
+        &name,
+        "the run to hold on real-1",
+        TIMEOUT,
+        |r: Option<&UpdateRun>| held(r).is_some(),
+    )
+    .await
+    .unwrap();
+    let message = held(Some(&holding)).unwrap();
+    assert!(message.contains("real-1 regressed"), "{message}");
+    assert!(
+        [
+            "restarted",
+            "exits with code 1",
+            "CrashLoopBackOff",
+            "replicas"
+        ]
+        .iter()
+        .any(|s| message.contains(s)),
+        "the pods' state is named: {message}"
+    );
+    for i in 2..=n {
+        assert_eq!(
+            demo.member_image(fleet, i).await.as_deref(),
+            Some(fleet.demo_image("1.0.0").unwrap().as_str()),
+            "real-{i} got the release while real-1 was regressed"
+        );
+        demo.wait_serving(fleet, i, "1.0.0").await;
+    }
+
+    // It stays regressed past the run's health timeout: the run fails and rolls back; real-1
+    // answers 1.0.0 again, and the next members never ran 1.3.0.
+    let failed = wait_for(&runs, &name, "the run to fail", TIMEOUT, common::ended)
+        .await
+        .unwrap();
+    let status = failed.status.as_ref().unwrap();
+    assert!(!is_true(&status.conditions, "Succeeded"));
+    assert_eq!(status.rollback_run.as_deref(), Some(rollback.as_str()));
+    wait_for(
+        &runs,
+        &rollback,
+        "the rollback to finish",
+        TIMEOUT,
+        run_succeeded,
+    )
+    .await
+    .unwrap();
+    demo.wait_serving(fleet, 1, "1.0.0").await;
+    for i in 2..=n {
+        demo.wait_serving(fleet, i, "1.0.0").await;
+        assert_eq!(
+            demo.member_image(fleet, i).await.as_deref(),
+            Some(fleet.demo_image("1.0.0").unwrap().as_str())
+        );
+    }
+}
