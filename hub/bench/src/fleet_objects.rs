@@ -34,6 +34,18 @@ pub const APP_NAMESPACE: &str = "bench-app";
 pub const GATED_NAMESPACE: &str = "bench-app-gated";
 /// Namespace of the overrides scenario's content and its ResourceOverrides.
 pub const OVERRIDE_NAMESPACE: &str = "bench-app-overrides";
+/// Namespace of the regression → hold scenario's content.
+pub const REGRESSION_NAMESPACE: &str = "bench-app-regress";
+/// Namespace of the rollback scenario's content (it changes to cut a newer snapshot).
+pub const ROLLBACK_NAMESPACE: &str = "bench-app-rollback";
+/// Every content namespace the bench creates.
+const CONTENT_NAMESPACES: [&str; 5] = [
+    APP_NAMESPACE,
+    GATED_NAMESPACE,
+    OVERRIDE_NAMESPACE,
+    REGRESSION_NAMESPACE,
+    ROLLBACK_NAMESPACE,
+];
 
 /// Bench member number `i` (1-based).
 pub fn member_name(i: usize) -> String {
@@ -377,9 +389,32 @@ where
 const DELETE_ATTEMPTS: usize = 10;
 const DELETE_RETRY: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(1));
 
-/// Deletes every UpdateRun the bench created (its ApprovalRequests go with it).
+/// Deletes every UpdateRun the bench created (its ApprovalRequests go with it), and the
+/// rollback runs the hub created for them: those carry only `fleethub.dev/rollback-of` naming
+/// the failed run, not the bench's label (every bench run's name starts with `bench-`, as its
+/// members' do).
 pub async fn delete_runs(client: &Client) -> anyhow::Result<()> {
-    delete_labelled::<UpdateRun>(client).await
+    delete_labelled::<UpdateRun>(client).await?;
+    let api = Api::<UpdateRun>::all(client.clone());
+    let rollbacks = api
+        .list_metadata(&ListParams::default().labels(names::ROLLBACK_OF_LABEL))
+        .await
+        .map_err(|e| anyhow::anyhow!("listing rollback runs: {e}"))?;
+    for run in rollbacks.items.iter().filter(|r| {
+        r.labels()
+            .get(names::ROLLBACK_OF_LABEL)
+            .is_some_and(|of| of.starts_with(MEMBER_PREFIX))
+    }) {
+        match api
+            .delete(&run.name_any(), &DeleteParams::background())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => anyhow::bail!("deleting rollback run {}: {e}", run.name_any()),
+        }
+    }
+    Ok(())
 }
 
 /// Deletes everything the bench created (runs, placements with their snapshots, bindings and
@@ -387,12 +422,12 @@ pub async fn delete_runs(client: &Client) -> anyhow::Result<()> {
 /// until the members' and the content's namespaces are gone. Returns how long it took.
 pub async fn clean_up(client: &Client, timeout: Duration) -> anyhow::Result<Duration> {
     let start = std::time::Instant::now();
-    delete_labelled::<UpdateRun>(client).await?;
+    delete_runs(client).await?;
     delete_labelled::<Placement>(client).await?;
     delete_labelled::<StagedUpdateStrategy>(client).await?;
     delete_labelled::<MemberCluster>(client).await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    for ns in [APP_NAMESPACE, GATED_NAMESPACE, OVERRIDE_NAMESPACE] {
+    for ns in CONTENT_NAMESPACES {
         match namespaces.delete(ns, &DeleteParams::background()).await {
             Ok(_) | Err(kube::Error::Api(_)) => {}
             Err(e) => return Err(e.into()),
@@ -400,9 +435,7 @@ pub async fn clean_up(client: &Client, timeout: Duration) -> anyhow::Result<Dura
     }
     let ours = |n: &Namespace| {
         let name = n.name_any();
-        name == APP_NAMESPACE
-            || name == GATED_NAMESPACE
-            || name == OVERRIDE_NAMESPACE
+        CONTENT_NAMESPACES.contains(&name.as_str())
             || names::cluster_of_namespace(&name).is_some_and(|c| c.starts_with(MEMBER_PREFIX))
     };
     let (store, writer) = reflector::store::<Namespace>();

@@ -2,7 +2,8 @@
 //! registers many simulated member clusters on its hub (see `sim.rs`), drives staged updates
 //! across them and prints what it measured: how fast the hub notices a finished member and an
 //! approval, its overhead per cluster step, full run times for fleets of 10, 100 and 1,000
-//! members, many concurrent runs, a hub restart in the middle of a run, and the hub's CPU time
+//! members, many concurrent runs, a hub restart in the middle of a run, how soon a regressed
+//! cluster holds a run and how long a rollback of 100 clusters takes, and the hub's CPU time
 //! and memory throughout. It cleans up everything it created, and exits non-zero when a run does
 //! not complete; it never judges speed. See BENCHMARKS.md.
 #![forbid(unsafe_code)]
@@ -16,6 +17,7 @@ mod member_path_strategies;
 mod metric_gates;
 mod overrides;
 mod process;
+mod regressions;
 mod report;
 mod requests;
 mod scenarios;
@@ -92,6 +94,13 @@ struct Args {
     /// Passes of `--override-cost` (the median is reported).
     #[arg(long, default_value_t = 20)]
     override_cost_passes: usize,
+    /// Regression samples (0: skip), on 100 members: a run waiting in its soak, one of its
+    /// updated clusters reported not available then available again, N times: timed to the run
+    /// held (Progressing reason ClusterRegressed) and released; then a run of all 100 with
+    /// `onFailure: Rollback` whose cluster stays regressed past its 2 s healthTimeout: its
+    /// failure timed to its rollback run's success.
+    #[arg(long, default_value_t = 0)]
+    regressions: usize,
     /// Members of the run during which the hub is killed and restarted (0: skip).
     #[arg(long, default_value_t = 100)]
     restart_members: usize,
@@ -317,6 +326,13 @@ impl Bench {
         if self.args.metric_gate_runs > 0 {
             let outcome = self.metric_gates(self.args.metric_gate_runs).await;
             self.settle("metric gates", outcome, &mut failed).await?;
+        }
+        if self.args.regressions > 0 {
+            let outcome = self.regression_hold(self.args.regressions).await;
+            self.settle("regression → hold", outcome, &mut failed)
+                .await?;
+            let outcome = self.rollback_of_all().await;
+            self.settle("rollback", outcome, &mut failed).await?;
         }
         match failed.is_empty() {
             true => Ok(()),

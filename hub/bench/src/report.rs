@@ -34,6 +34,9 @@ pub(crate) struct Scenario {
     pub(crate) report_write: Summary,
     /// Scenario-specific latency (approval → next Work; member created → provisioned).
     pub(crate) special: Option<(String, Summary)>,
+    /// More scenario-specific latencies, listed after `special`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) more: Vec<(String, Summary)>,
     /// Other facts, in words.
     pub(crate) notes: Vec<String>,
     pub(crate) hub: Usage,
@@ -149,6 +152,7 @@ pub(crate) fn table(results: &[Scenario]) -> String {
         if let Some((what, sum)) = &s.special {
             rows.push((what.clone(), *sum));
         }
+        rows.extend(s.more.iter().cloned());
         if s.agent.count > 0 {
             rows.push(("Work delivered → simulated member reported".into(), s.agent));
         }

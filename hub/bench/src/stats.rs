@@ -1,4 +1,4 @@
-//! Latency samples and their summary (count, p50, p99, max).
+//! Latency samples and their summary (count, p50, p90, p99, max).
 
 use std::time::Duration;
 
@@ -11,6 +11,8 @@ pub struct Summary {
     pub count: usize,
     /// Median.
     pub p50_ms: f64,
+    /// 90th percentile (nearest rank).
+    pub p90_ms: f64,
     /// 99th percentile (nearest rank).
     pub p99_ms: f64,
     /// Largest sample.
@@ -34,6 +36,7 @@ pub fn summarize(samples: &[Duration]) -> Summary {
     Summary {
         count: sorted.len(),
         p50_ms: ms(percentile(&sorted, 50.0)),
+        p90_ms: ms(percentile(&sorted, 90.0)),
         p99_ms: ms(percentile(&sorted, 99.0)),
         max_ms: ms(sorted.last().copied().unwrap_or_default()),
     }
@@ -53,6 +56,7 @@ mod tests {
         let s = summarize(&samples);
         assert_eq!(s.count, 100);
         assert_eq!(s.p50_ms, 50.0);
+        assert_eq!(s.p90_ms, 90.0);
         assert_eq!(s.p99_ms, 99.0);
         assert_eq!(s.max_ms, 100.0);
         let one = summarize(&[ms(7)]);
