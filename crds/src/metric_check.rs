@@ -31,6 +31,9 @@ pub struct MetricCheckStatus {
     /// Consecutive passing checks, up to successThreshold.
     #[serde(default)]
     pub consecutive_passes: i32,
+    /// For a stage's background analysis: consecutive checks without data, up to failureLimit.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub consecutive_failures: i32,
     /// `Pass` (data), `NoData` or `Error` (Prometheus unreachable or the query refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_result: Option<MetricCheckResult>,
@@ -171,6 +174,72 @@ pub fn step(
         until: deadline.map_or(next, |d| d.min(next)),
         failing: result != MetricCheckResult::Pass,
     }
+}
+
+/// Where a background analysis is after a step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnalysisStep {
+    /// A check is due: query Prometheus and step again with the outcome.
+    Query,
+    /// Nothing to do until `until`.
+    Wait {
+        /// When the next check is due.
+        until: Timestamp,
+    },
+    /// `failureLimit` consecutive checks returned no data.
+    Failed,
+}
+
+/// Advances a stage's background analysis at `now`, with the outcome of a query made now if
+/// one was asked for: after `initialDelay`, a check every `interval`; data resets the failure
+/// count, no data adds one, an error (Prometheus unreachable, the query refused) is recorded
+/// and counts neither way; `failure_limit` consecutive failures fail it.
+/// `status.start_time` must be set (when the stage started).
+pub fn analysis_step(
+    settings: &Settings,
+    failure_limit: i32,
+    status: &mut MetricCheckStatus,
+    now: Timestamp,
+    outcome: Option<&QueryOutcome>,
+) -> AnalysisStep {
+    let limit = failure_limit.max(1);
+    if status.consecutive_failures >= limit {
+        return AnalysisStep::Failed;
+    }
+    let start = status.start_time.as_ref().map_or(now, |t| t.0);
+    let due = status
+        .next_check_time
+        .as_ref()
+        .map_or(add(start, settings.initial_delay), |t| t.0);
+    if now < due {
+        return AnalysisStep::Wait { until: due };
+    }
+    let Some(outcome) = outcome else {
+        return AnalysisStep::Query;
+    };
+    let (result, value) = match outcome {
+        QueryOutcome::Data(v) => (MetricCheckResult::Pass, v.clone()),
+        QueryOutcome::NoData => (MetricCheckResult::NoData, "no data".to_string()),
+        QueryOutcome::Error(e) => (MetricCheckResult::Error, e.clone()),
+    };
+    match result {
+        MetricCheckResult::Pass => status.consecutive_failures = 0,
+        MetricCheckResult::NoData => status.consecutive_failures += 1,
+        MetricCheckResult::Error => {}
+    }
+    status.last_result = Some(result);
+    status.last_value = Some(value);
+    status.last_check_time = Some(Time(now));
+    let next = add(now, settings.interval);
+    status.next_check_time = Some(Time(next));
+    if status.consecutive_failures >= limit {
+        return AnalysisStep::Failed;
+    }
+    AnalysisStep::Wait { until: next }
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 /// `query` with each `$name` of `placeholders` replaced by its value, in the order given (put a

@@ -160,6 +160,10 @@ pub struct StoredStage {
     /// When the stage (including its after-stage tasks) finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_time: Option<Time>,
+    /// The stage's background analysis: its checks so far (kept here so a restarted hub
+    /// continues the count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<crate::metric_check::MetricCheckStatus>,
 }
 
 impl StoredStage {
@@ -208,6 +212,7 @@ impl StoredStage {
             start_time: stage.start_time.clone(),
             clusters_completed_time: stage.clusters_completed_time.clone(),
             end_time: stage.end_time.clone(),
+            analysis: stage.analysis.clone(),
         }
     }
 }
@@ -261,6 +266,7 @@ impl From<StoredStage> for StageUpdatingStatus {
             start_time: stored.start_time,
             clusters_completed_time: stored.clusters_completed_time,
             end_time: stored.end_time,
+            analysis: stored.analysis,
             cluster_list,
         }
     }

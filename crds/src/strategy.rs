@@ -129,6 +129,28 @@ pub struct StageConfig {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 3))]
     pub after_stage_tasks: Vec<StageTask>,
+    /// Background analysis: a Prometheus query checked every `interval` (after
+    /// `initialDelay`) for as long as the stage runs, from its first cluster's start to the end
+    /// of its after-stage tasks (its soak included). `failureLimit` consecutive checks without
+    /// data fail the stage at once, even mid-stage, and the run with it (reason
+    /// `AnalysisFailed`; `onFailure` says what then happens). An unreachable Prometheus is
+    /// recorded and counts neither way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<StageAnalysis>,
+}
+
+/// A stage's background analysis.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StageAnalysis {
+    /// The query, as a MetricCheck task's (`url`, `query` with `$clusters`, `$stage` and
+    /// `$run`, `initialDelay`, `interval`, `secretRef`; `successThreshold` and `timeout` do not
+    /// apply).
+    pub metric_check: MetricCheck,
+    /// How many consecutive checks without data fail the stage (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub failure_limit: Option<i32>,
 }
 
 /// The kinds of stage task (a gate before or after a stage).

@@ -77,6 +77,9 @@ pub mod reason {
     /// Progressing=False and Succeeded=False: the run's UpdateRunPlan, the order of its
     /// clusters, was deleted.
     pub const PLAN_LOST: &str = "UpdateRunPlanLost";
+    /// Succeeded=False (run and stage): the stage's background analysis had failureLimit
+    /// consecutive checks without data.
+    pub const ANALYSIS_FAILED: &str = "AnalysisFailed";
     /// Succeeded=False: the Placement was deleted while the run rolled it out.
     pub const PLACEMENT_DELETED: &str = "PlacementDeleted";
     /// Cluster Skipped=True: the cluster left the placement (no longer selected, or its
@@ -502,6 +505,8 @@ pub struct StageUpdatingStatus {
     pub clusters_completed_time: Option<Time>,
     /// When the stage (including its after-stage tasks) finished.
     pub end_time: Option<Time>,
+    /// The stage's background analysis (`analysis`): its checks so far.
+    pub analysis: Option<MetricCheckStatus>,
     /// Where the stage's clusters are kept.
     pub cluster_list: ClusterList,
 }

@@ -499,11 +499,12 @@ fn may_plan_twice(status: &fleethub_crds::update_run::UpdateRunStatus) -> bool {
             .as_ref()
             .is_none_or(|s| {
                 s.stages.iter().any(|stage| {
-                    stage
-                        .before_stage_tasks
-                        .iter()
-                        .chain(&stage.after_stage_tasks)
-                        .any(|t| t.type_ == StageTaskType::MetricCheck)
+                    stage.analysis.is_some()
+                        || stage
+                            .before_stage_tasks
+                            .iter()
+                            .chain(&stage.after_stage_tasks)
+                            .any(|t| t.type_ == StageTaskType::MetricCheck)
                 })
             })
 }

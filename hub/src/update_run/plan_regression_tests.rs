@@ -538,3 +538,125 @@ fn on_failure_rollback_set_on_a_run_stopped_at_a_failed_cluster_rolls_it_back() 
     assert_eq!(run_condition(&p, SUCCEEDED).0, "False");
     assert_eq!(w.rollback_runs[0].2.clusters, ["stage-a"]);
 }
+
+/// staging (no gate) → production (4 clusters one at a time, analysed every 10 s, 2 failures in
+/// a row fail it; a 1m soak after it).
+fn analysed() -> StagedUpdateStrategySpec {
+    strategy(json!({"stages": [
+        {"name": "staging", "labelSelector": {"matchLabels": {"env": "staging"}}},
+        {"name": "production", "labelSelector": {"matchLabels": {"env": "production"}},
+         "sortingLabelKey": "order",
+         "analysis": {"failureLimit": 2, "metricCheck": {
+             "url": "http://prometheus:9090", "interval": "10s",
+             "query": "sum(rate(errors{cluster=~\"$clusters\"}[1m])) < 1"}},
+         "afterStageTasks": [{"type": "TimedWait", "waitTime": "1m"}]}
+    ]}))
+}
+
+const PROD_QUERY: &str = "sum(rate(errors{cluster=~\"prod-c|prod-a|prod-b|prod-z\"}[1m])) < 1";
+
+#[test]
+fn background_analysis_failing_mid_stage_fails_it_before_its_remaining_clusters() {
+    let mut w = World::new();
+    without_canary(&mut w);
+    w.strategy = analysed();
+    w.prometheus
+        .insert(PROD_QUERY.into(), QueryOutcome::Data("0.2".into()));
+    w.step();
+    w.member_ready("stage-a");
+    let p = w.step(); // staging done: production's first cluster starts, the analysis with it
+    assert_eq!(binds(&p), ["prod-c"]);
+    assert_eq!(w.asked.last().map(|q| q.query.as_str()), Some(PROD_QUERY));
+    assert_eq!(
+        w.asked.last().map(|q| q.key.side),
+        Some(None),
+        "the analysis' own key"
+    );
+    // prod-c done; the errors rise: two checks without data, 10 s apart.
+    w.member_ready("prod-c");
+    w.prometheus.insert(PROD_QUERY.into(), QueryOutcome::NoData);
+    w.now = t(10);
+    let p = w.step();
+    assert_eq!(
+        binds(&p),
+        ["prod-a"],
+        "one failure of two: the stage goes on"
+    );
+    w.now = t(20);
+    let p = w.step();
+    let (status, why, message) = run_condition(&p, SUCCEEDED);
+    assert_eq!(
+        (status.as_str(), why.as_str()),
+        ("False", reason::ANALYSIS_FAILED)
+    );
+    assert!(
+        message.contains("2 consecutive checks returned no data (failureLimit 2)"),
+        "{message}"
+    );
+    assert!(binds(&p).is_empty());
+    let production = &p.status.stages_status[1];
+    assert_eq!(
+        find(&production.conditions, SUCCEEDED).map(|c| c.reason.as_str()),
+        Some(reason::ANALYSIS_FAILED)
+    );
+    assert!(
+        ["prod-b", "prod-z"]
+            .iter()
+            .all(|c| find(&w.cluster_status(1, c).conditions, "Started").is_none()),
+        "the remaining clusters were never started"
+    );
+}
+
+#[test]
+fn background_analysis_runs_through_the_soak_and_errors_count_neither_way() {
+    let mut w = World::new();
+    without_canary(&mut w);
+    w.strategy = analysed();
+    w.prometheus
+        .insert(PROD_QUERY.into(), QueryOutcome::Data("0".into()));
+    settle(&mut w);
+    // Every production cluster done: the 1m soak runs (until t(60)), the analysis with it.
+    w.now = t(10);
+    settle(&mut w);
+    assert!(
+        w.status().stages_status[1]
+            .clusters_completed_time
+            .is_some()
+    );
+    // Prometheus unreachable (an error): recorded, not a failure.
+    w.prometheus.remove(PROD_QUERY);
+    w.now = t(20);
+    w.step();
+    w.now = t(30);
+    let p = w.step();
+    let analysis = p.status.stages_status[1].analysis.clone().unwrap();
+    assert_eq!(analysis.consecutive_failures, 0);
+    assert_eq!(
+        analysis.last_result,
+        Some(fleethub_crds::update_run::MetricCheckResult::Error)
+    );
+    // No data during the soak: two in a row fail the stage.
+    w.prometheus.insert(PROD_QUERY.into(), QueryOutcome::NoData);
+    w.now = t(40);
+    w.step();
+    w.now = t(50);
+    let p = w.step();
+    assert_eq!(run_condition(&p, SUCCEEDED).1, reason::ANALYSIS_FAILED);
+}
+
+#[test]
+fn a_stage_analysis_that_does_not_parse_fails_initialization() {
+    let mut w = World::new();
+    without_canary(&mut w);
+    w.strategy = analysed();
+    w.strategy.stages[1]
+        .analysis
+        .as_mut()
+        .unwrap()
+        .metric_check
+        .query = "sum(".into();
+    let p = w.step();
+    let (_, why, message) = run_condition(&p, INITIALIZED);
+    assert_eq!(why, reason::INVALID_METRIC_QUERY);
+    assert!(message.contains("stage production analysis"), "{message}");
+}

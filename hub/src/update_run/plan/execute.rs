@@ -113,6 +113,10 @@ impl Planner<'_, '_> {
             if !self.track_clusters(i, health_timeout, budget) {
                 return; // more clusters failed than the stage allows
             }
+            if let Some(message) = self.analyze(i) {
+                // Final, whatever else the stage does: nothing more of it starts.
+                return self.gate_failed(reason::ANALYSIS_FAILED, message);
+            }
             let stage = &self.status.stages_status[i];
             let waiting_to_start = stage.clusters.iter().any(pending);
             let in_progress = stage.clusters.iter().filter(|c| updating(c)).count();

@@ -70,7 +70,7 @@ impl Planner<'_, '_> {
                 StageTaskType::MetricCheck => {
                     let key = MetricKey {
                         stage: stage_name.clone(),
-                        side,
+                        side: Some(side),
                     };
                     let spec = config.and_then(|c| c.metric_check.as_ref());
                     self.metric_check(key, &mut task, spec)

@@ -9,7 +9,9 @@ use fleethub_crds::conditions::{TRUE, find};
 use fleethub_crds::metric_check::Settings;
 use fleethub_crds::placement::{RolloutStrategyType, SCHEDULED, reason as placement_reason};
 use fleethub_crds::stored_stage::DETAILED_STAGE_CLUSTERS;
-use fleethub_crds::strategy::{StageConfig, StageTask, StageTaskType, StagedUpdateStrategySpec};
+use fleethub_crds::strategy::{
+    MetricCheck, StageConfig, StageTask, StageTaskType, StagedUpdateStrategySpec,
+};
 use fleethub_crds::update_run::{
     ClusterList, ClusterUpdatingStatus, DELETION_STAGE, INITIALIZED, MAX_RUN_NAME_BYTES,
     MetricCheckStatus, StageTaskStatus, StageUpdatingStatus, reason, run_name_bytes,
@@ -115,6 +117,9 @@ impl<'a, 'o> Planner<'a, 'o> {
             })?;
             for (side, task) in stage_tasks(stage) {
                 validate_task(stage, side, task)?;
+            }
+            if let Some(analysis) = &stage.analysis {
+                validate_metric_check(stage, "analysis", &analysis.metric_check)?;
             }
         }
         Ok(strategy)
@@ -372,6 +377,15 @@ impl<'a, 'o> Planner<'a, 'o> {
                     .iter()
                     .map(|t| task_status(&run, cfg, Side::After, t, &clusters))
                     .collect(),
+                analysis: cfg.analysis.as_ref().map(|a| MetricCheckStatus {
+                    query: metric::expand_for_run(
+                        &a.metric_check.query,
+                        &clusters,
+                        &cfg.name,
+                        &run,
+                    ),
+                    ..Default::default()
+                }),
                 cluster_list: list_for(clusters.len()),
                 clusters: clusters.into_iter().map(cluster_status).collect(),
                 ..Default::default()
@@ -448,18 +462,29 @@ fn validate_task(stage: &StageConfig, side: Side, task: &StageTask) -> Result<()
                     "metricCheck is missing".into(),
                 ));
             };
-            Settings::of(check).map_err(|e| refuse(reason::INVALID_STRATEGY, e))?;
-            // Cluster names are DNS labels: any stands for them when checking the syntax.
-            let query =
-                metric::expand_for_run(&check.query, &["cluster".into()], &stage.name, "run");
-            promql_parser::parser::parse(&query).map_err(|e| {
-                refuse(
-                    reason::INVALID_METRIC_QUERY,
-                    format!("metricCheck.query does not parse as PromQL: {e}"),
-                )
-            })?;
+            validate_metric_check(stage, &format!("{list} {:?}", task.type_), check)?;
         }
     }
+    Ok(())
+}
+
+/// A metric check's durations read and its query parses as PromQL; `what` names where it is
+/// (`afterStageTasks MetricCheck`, `analysis`).
+fn validate_metric_check(
+    stage: &StageConfig,
+    what: &str,
+    check: &MetricCheck,
+) -> Result<(), Refusal> {
+    let refuse = |why: &'static str, e: String| (why, format!("stage {} {what}: {e}", stage.name));
+    Settings::of(check).map_err(|e| refuse(reason::INVALID_STRATEGY, e))?;
+    // Cluster names are DNS labels: any stands for them when checking the syntax.
+    let query = metric::expand_for_run(&check.query, &["cluster".into()], &stage.name, "run");
+    promql_parser::parser::parse(&query).map_err(|e| {
+        refuse(
+            reason::INVALID_METRIC_QUERY,
+            format!("metricCheck.query does not parse as PromQL: {e}"),
+        )
+    })?;
     Ok(())
 }
 

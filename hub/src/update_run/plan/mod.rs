@@ -24,6 +24,7 @@ use fleethub_crds::{Placement, UpdateRun, approval};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+mod analysis;
 mod bake;
 mod deletion;
 mod execute;
@@ -48,13 +49,14 @@ pub enum Side {
     After,
 }
 
-/// Which MetricCheck a query is for: a stage has at most one on each side.
+/// Which check a query is for: a stage has at most one MetricCheck on each side, and one
+/// background analysis.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct MetricKey {
     /// The stage.
     pub stage: String,
-    /// Before or after it.
-    pub side: Side,
+    /// The gate before or after it; None: its background analysis.
+    pub side: Option<Side>,
 }
 
 /// A Prometheus query the plan needs the outcome of.
