@@ -100,7 +100,8 @@ pub const RECENT_RESTARTS: Duration = Duration::from_secs(600);
 /// 1 (Error)`. A ready workload whose pods crash and come back is not healthy.
 pub fn restarts_since(pods: &[Value], since: Timestamp) -> Vec<String> {
     // (container, image, reason) → (restarts, pods, exit code), in the order first seen.
-    let mut seen: Vec<((String, String, String), (i64, usize, Option<i64>))> = Vec::new();
+    type Restarts = ((String, String, String), (i64, usize, Option<i64>));
+    let mut seen: Vec<Restarts> = Vec::new();
     for pod in pods {
         if pod["metadata"]["deletionTimestamp"].is_string() {
             continue;
