@@ -9,54 +9,25 @@ mod common;
 
 use std::time::Duration;
 
-use common::regressions::{LOST, progressing, report, report_every_generation, reported_work};
-use common::{Scenario, TIMEOUT};
+use common::TIMEOUT;
+use common::regressions::{HeldRun, progressing, report, reported_work};
 use fleethub_crds::conditions::find;
 use fleethub_crds::update_run::reason;
 use fleethub_crds::{Binding, UpdateRun, names};
 use fleethub_testkit::{Fleet, wait_for};
 use kube::Api;
-use serde_json::json;
 
 #[tokio::test]
 async fn a_hub_killed_while_a_run_is_held_keeps_it_held_and_skips_no_gate() {
     let fleet = Fleet::get().unwrap();
-    let s = Scenario::new(fleet, "rk").await;
-    let hub = s.hub.clone();
-    let (run, placement) = (s.run.clone(), s.placement.clone());
-    let stg = s.member("stg", json!({"env": s.env("staging")})).await;
-    let prod = s.member("prod", json!({"env": s.env("production")})).await;
-    s.placement(&[&stg, &prod], false).await;
-    s.strategy(json!([
-        {"name": "staging", "labelSelector": {"matchLabels": {"env": s.env("staging")}},
-         "afterStageTasks": [{"type": "TimedWait", "waitTime": "3s"}]},
-        {"name": "production", "labelSelector": {"matchLabels": {"env": s.env("production")}}}]))
-        .await;
-    let members = report_every_generation(hub.clone(), placement.clone());
-    s.start_run(0).await;
+    let h = HeldRun::new(fleet, "rk", "3s").await;
+    let (hub, run, placement, prod) = (
+        h.s.hub.clone(),
+        h.s.run.clone(),
+        h.s.placement.clone(),
+        h.prod.clone(),
+    );
     let runs: Api<UpdateRun> = Api::all(hub.clone());
-    let work = reported_work(&hub, &placement, &stg, 0).await;
-    wait_for(
-        &runs,
-        &run,
-        "the staging soak",
-        TIMEOUT,
-        |r: Option<&UpdateRun>| progressing(r).is_some_and(|(why, _)| why == "UpdateRunWaiting"),
-    )
-    .await
-    .unwrap();
-    report(&hub, &work, false, LOST).await;
-    wait_for(
-        &runs,
-        &run,
-        "the run to hold",
-        TIMEOUT,
-        |r: Option<&UpdateRun>| {
-            progressing(r).is_some_and(|(why, _)| why == reason::CLUSTER_REGRESSED)
-        },
-    )
-    .await
-    .unwrap();
 
     // SIGKILL the hub; the soak's 3 s pass while it is down; it comes back.
     fleet.kill("hub").unwrap();
@@ -103,7 +74,7 @@ async fn a_hub_killed_while_a_run_is_held_keeps_it_held_and_skips_no_gate() {
     );
 
     // Recovered: the run finishes; production was updated once.
-    report(&hub, &work, true, "available again").await;
+    report(&hub, &h.work, true, "available again").await;
     wait_for(
         &runs,
         &run,
@@ -119,5 +90,5 @@ async fn a_hub_killed_while_a_run_is_held_keeps_it_held_and_skips_no_gate() {
         Some(1),
         "production's Work written once"
     );
-    members.abort();
+    h.members.abort();
 }

@@ -15,7 +15,7 @@ mod common;
 
 use common::real::Rollout;
 use common::regressions::{
-    LOST, cluster_condition, progressing, report, report_every_generation, reported_work,
+    HeldRun, LOST, cluster_condition, progressing, report, report_every_generation, reported_work,
 };
 use common::{Scenario, TIMEOUT};
 use fleethub_crds::conditions::find;
@@ -30,57 +30,22 @@ use std::time::Duration;
 #[tokio::test]
 async fn a_cluster_that_regresses_during_its_soak_holds_the_run_until_it_recovers() {
     let fleet = Fleet::get().unwrap();
-    let s = Scenario::new(fleet, "rg").await;
-    let hub = s.hub.clone();
-    let (run, placement) = (s.run.clone(), s.placement.clone());
-    let stg = s.member("stg", json!({"env": s.env("staging")})).await;
-    let prod = s.member("prod", json!({"env": s.env("production")})).await;
-    s.placement(&[&stg, &prod], false).await;
-    s.strategy(json!([
-        {"name": "staging", "labelSelector": {"matchLabels": {"env": s.env("staging")}},
-         "afterStageTasks": [{"type": "TimedWait", "waitTime": "4s"}]},
-        {"name": "production", "labelSelector": {"matchLabels": {"env": s.env("production")}}}]))
-        .await;
-    let members = report_every_generation(hub.clone(), placement.clone());
-    s.start_run(0).await;
+    let h = HeldRun::new(fleet, "rg", "4s").await;
+    let (hub, run, placement) = (h.s.hub.clone(), h.s.run.clone(), h.s.placement.clone());
     let runs: Api<UpdateRun> = Api::all(hub.clone());
-
-    // Staging is updated and soaks; its workload is lost during the soak.
-    let work = reported_work(&hub, &placement, &stg, 0).await;
-    wait_for(
-        &runs,
-        &run,
-        "the staging soak",
-        TIMEOUT,
-        |r: Option<&UpdateRun>| progressing(r).is_some_and(|(why, _)| why == "UpdateRunWaiting"),
-    )
-    .await
-    .unwrap();
-    report(&hub, &work, false, LOST).await;
-    let held = wait_for(
-        &runs,
-        &run,
-        "the run to hold",
-        TIMEOUT,
-        |r: Option<&UpdateRun>| {
-            progressing(r).is_some_and(|(why, _)| why == reason::CLUSTER_REGRESSED)
-        },
-    )
-    .await
-    .unwrap();
-    let (_, message) = progressing(Some(&held)).unwrap();
+    let (_, message) = progressing(Some(&h.held)).unwrap();
     assert!(
-        message.contains(&format!("{stg} regressed")) && message.contains(LOST),
+        message.contains(&format!("{} regressed", h.stg)) && message.contains(LOST),
         "{message}"
     );
     assert_eq!(
-        cluster_condition(&held, &stg, REGRESSED),
+        cluster_condition(&h.held, &h.stg, REGRESSED),
         Some(("True".into(), reason::CLUSTER_REGRESSED.into()))
     );
 
     // Well past the soak's 4 s, production is still not updated.
     let bindings: Api<Binding> = Api::all(hub.clone());
-    let prod_binding = names::binding_name(&placement, &prod);
+    let prod_binding = names::binding_name(&placement, &h.prod);
     let early = wait_for(
         &bindings,
         &prod_binding,
@@ -99,7 +64,7 @@ async fn a_cluster_that_regresses_during_its_soak_holds_the_run_until_it_recover
     assert_eq!(paused.reason, reason::SOAK_PAUSED, "{}", paused.message);
 
     // The workload comes back: the soak resumes and the run finishes.
-    report(&hub, &work, true, "available again").await;
+    report(&hub, &h.work, true, "available again").await;
     let done = wait_for(
         &runs,
         &run,
@@ -110,7 +75,7 @@ async fn a_cluster_that_regresses_during_its_soak_holds_the_run_until_it_recover
     .await
     .unwrap();
     assert_eq!(
-        cluster_condition(&done, &stg, REGRESSED),
+        cluster_condition(&done, &h.stg, REGRESSED),
         Some(("False".into(), reason::CLUSTER_RECOVERED.into()))
     );
     let soak = &done.status.as_ref().unwrap().stages_status[0].after_stage_task_status[0];
@@ -118,7 +83,7 @@ async fn a_cluster_that_regresses_during_its_soak_holds_the_run_until_it_recover
         soak.paused_seconds.unwrap_or(0) >= 10,
         "the paused time is recorded: {soak:?}"
     );
-    members.abort();
+    h.members.abort();
 }
 
 #[tokio::test]

@@ -456,32 +456,34 @@ async fn with_pod_problems(
     let availability::Readiness::NotReady(message) = readiness else {
         return readiness;
     };
-    let (Some(selector), Some(ns)) = (
-        availability::pod_selector(object),
-        object["metadata"]["namespace"].as_str(),
-    ) else {
-        return availability::Readiness::NotReady(message);
-    };
-    let pods: Api<Pod> = Api::namespaced(ctx.member.clone(), ns);
-    ctx.metrics.object_read();
-    let problems = match pods.list(&ListParams::default().labels(&selector)).await {
-        Ok(list) => {
-            let values: Vec<Value> = list
-                .items
-                .iter()
-                .filter_map(|p| serde_json::to_value(p).ok())
-                .collect();
-            availability::pod_problems(&values)
-        }
-        Err(e) => {
-            tracing::debug!(namespace = ns, %selector, error = %e, "cannot read the pods of a workload that is not ready");
-            Vec::new()
-        }
-    };
+    let problems = pods_of(object, ctx)
+        .await
+        .map_or_else(Vec::new, |pods| availability::pod_problems(&pods));
     if problems.is_empty() {
         availability::Readiness::NotReady(message)
     } else {
         availability::Readiness::NotReady(format!("{message} ({})", problems.join("; ")))
+    }
+}
+
+/// The pods of a workload (those its `spec.selector` selects), read from the member; None
+/// for an object that runs no pods, or when the read fails (logged).
+async fn pods_of(object: &Value, ctx: &Context) -> Option<Vec<Value>> {
+    let selector = availability::pod_selector(object)?;
+    let ns = object["metadata"]["namespace"].as_str()?;
+    let pods: Api<Pod> = Api::namespaced(ctx.member.clone(), ns);
+    ctx.metrics.object_read();
+    match pods.list(&ListParams::default().labels(&selector)).await {
+        Ok(list) => Some(
+            list.items
+                .iter()
+                .filter_map(|p| serde_json::to_value(p).ok())
+                .collect(),
+        ),
+        Err(e) => {
+            tracing::debug!(namespace = ns, %selector, error = %e, "cannot read the pods of a workload");
+            None
+        }
     }
 }
 
@@ -528,28 +530,9 @@ async fn with_restarts(
     since: jiff::Timestamp,
     ctx: &Context,
 ) -> (availability::Readiness, bool) {
-    let (Some(selector), Some(ns)) = (
-        availability::pod_selector(object),
-        object["metadata"]["namespace"].as_str(),
-    ) else {
-        return (readiness, false);
-    };
-    let pods: Api<Pod> = Api::namespaced(ctx.member.clone(), ns);
-    ctx.metrics.object_read();
-    let restarts = match pods.list(&ListParams::default().labels(&selector)).await {
-        Ok(list) => {
-            let values: Vec<Value> = list
-                .items
-                .iter()
-                .filter_map(|p| serde_json::to_value(p).ok())
-                .collect();
-            availability::restarts_since(&values, since)
-        }
-        Err(e) => {
-            tracing::debug!(namespace = ns, %selector, error = %e, "cannot read the pods of a ready workload");
-            Vec::new()
-        }
-    };
+    let restarts = pods_of(object, ctx)
+        .await
+        .map_or_else(Vec::new, |pods| availability::restarts_since(&pods, since));
     if restarts.is_empty() {
         return (readiness, false);
     }

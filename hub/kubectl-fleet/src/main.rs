@@ -86,6 +86,14 @@ enum Command {
         /// Plan only: create the run with spec.state Initialize and print its plan.
         #[arg(long)]
         plan: bool,
+        /// What the run does when it fails: Hold (stop and wait for a person) or Rollback (roll
+        /// the clusters it updated back). Default: the strategy's onFailure, else Hold.
+        #[arg(long, value_name = "Hold|Rollback", value_parser = ["Hold", "Rollback"])]
+        on_failure: Option<String>,
+        /// Keep watching every cluster this long after the last stage before the run succeeds
+        /// (e.g. 10m). Default: the strategy's bake, else none.
+        #[arg(long, value_name = "DURATION", value_parser = parse_bake)]
+        bake: Option<String>,
     },
     /// Roll a placement back: start a run to the resource snapshot before the one its newest
     /// run rolled out (as the dashboard's Roll back button does), with that run's strategy.
@@ -304,6 +312,8 @@ async fn execute(cli: Cli) -> Result<()> {
             index,
             ref name,
             plan,
+            ref on_failure,
+            ref bake,
         } => {
             let opts = start::StartOptions {
                 placement: placement.clone(),
@@ -311,6 +321,11 @@ async fn execute(cli: Cli) -> Result<()> {
                 index,
                 name: name.clone(),
                 plan,
+                on_failure: on_failure.as_deref().map(|o| match o {
+                    "Rollback" => fleethub_crds::strategy::OnFailure::Rollback,
+                    _ => fleethub_crds::strategy::OnFailure::Hold,
+                }),
+                bake: bake.clone(),
             };
             start::start(&hub(None).await?, &opts).await
         }
@@ -431,6 +446,15 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A `--bake` duration as the API takes it (`10m`, `1h30m`), longer than 0s and at most a week.
+fn parse_bake(text: &str) -> Result<String, String> {
+    let d = fleethub_crds::duration::parse(text).map_err(|e| e.to_string())?;
+    if d.is_zero() || d > std::time::Duration::from_secs(7 * 24 * 3600) {
+        return Err("a bake is longer than 0s and at most 168h (a week)".into());
+    }
+    Ok(text.to_string())
 }
 
 #[cfg(test)]

@@ -31,6 +31,10 @@ pub struct StartOptions {
     pub name: Option<String>,
     /// Create it as a plan (`spec.state: Initialize`) and print the plan.
     pub plan: bool,
+    /// `spec.onFailure`.
+    pub on_failure: Option<fleethub_crds::strategy::OnFailure>,
+    /// `spec.bake`.
+    pub bake: Option<String>,
 }
 
 async fn placement(hub: &Cluster, name: &str) -> Result<Placement> {
@@ -145,6 +149,8 @@ async fn create(hub: &Cluster, o: &StartOptions) -> Result<UpdateRun> {
             resource_snapshot_index: o.index.map(|i| i.to_string()),
             staged_rollout_strategy_name: o.strategy.clone(),
             state: o.plan.then_some(UpdateRunState::Initialize),
+            on_failure: o.on_failure,
+            bake: o.bake.clone(),
             ..Default::default()
         },
     );
@@ -281,6 +287,9 @@ pub async fn rollback(hub: &Cluster, o: &RollbackOptions) -> Result<()> {
             index: Some(back.to),
             name: o.name.clone(),
             plan: false,
+            // A rollback that fails stops for a person: it never rolls itself back.
+            on_failure: Some(fleethub_crds::strategy::OnFailure::Hold),
+            bake: None,
         },
     )
     .await?;

@@ -77,6 +77,22 @@ async fn start_a_planned_run_then_roll_it_back() {
         "{err}"
     );
 
+    // A usage error (exit 2), before anything is asked of the hub.
+    let out = plugin(
+        fleet,
+        &[
+            "start",
+            &s.placement,
+            "--strategy",
+            &s.strategy,
+            "--bake",
+            "0s",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("a bake is longer than 0s"), "{err}");
+
     // --plan: the run is planned (stages and clusters in order) and nothing starts.
     let (updates, members) = simulate_members(s.hub.clone(), s.placement.clone(), 1);
     let name = format!("{}-planned", s.run);
@@ -91,7 +107,19 @@ async fn start_a_planned_run_then_roll_it_back() {
             "--name",
             &name,
             "--plan",
+            "--on-failure",
+            "Rollback",
+            "--bake",
+            "1s",
         ],
+    );
+    let planned = runs.get(&name).await.unwrap();
+    assert_eq!(
+        (planned.spec.on_failure, planned.spec.bake.as_deref()),
+        (
+            Some(fleethub_crds::strategy::OnFailure::Rollback),
+            Some("1s")
+        )
     );
     assert!(
         out.contains(&format!("UpdateRun {name}   Planned")),

@@ -246,11 +246,20 @@ impl Scenario {
 pub type Updates = Arc<Mutex<Vec<(String, jiff::Timestamp, Option<i64>)>>>;
 
 /// Stands in for the member agents of `placement`'s clusters: reports every new Work
-/// generation applied and available, recording each cluster's first update.
+/// generation at snapshot `index` applied and available, recording each cluster's first update.
 pub fn simulate_members(
     client: Client,
     placement: String,
     index: i64,
+) -> (Updates, tokio::task::JoinHandle<()>) {
+    simulate_members_at(client, placement, Some(index))
+}
+
+/// [`simulate_members`] at snapshot `only`, or at every index when None.
+pub fn simulate_members_at(
+    client: Client,
+    placement: String,
+    only: Option<i64>,
 ) -> (Updates, tokio::task::JoinHandle<()>) {
     let updates: Updates = Arc::new(Mutex::new(Vec::new()));
     let seen = updates.clone();
@@ -270,7 +279,9 @@ pub fn simulate_members(
                 .as_ref()
                 .and_then(|s| find(&s.conditions, "Available"))
                 .and_then(|c| c.observed_generation);
-            if reported == generation || work.spec.resource_snapshot_index != index {
+            if reported == generation
+                || only.is_some_and(|i| work.spec.resource_snapshot_index != i)
+            {
                 continue;
             }
             let ns = work.namespace().unwrap();
@@ -281,20 +292,8 @@ pub fn simulate_members(
                     seen.push((cluster, jiff::Timestamp::now(), generation));
                 }
             }
-            let now = jiff::Timestamp::now().to_string();
-            let cond = |t: &str| {
-                json!({"type": t, "status": "True", "reason": "Simulated", "message": "reported by the test",
-                                        "observedGeneration": generation, "lastTransitionTime": now})
-            };
-            let status = json!({"status": {"conditions": [cond("Applied"), cond("Available")], "appliedResourceSnapshotIndex": index}});
-            let api: Api<Work> = Api::namespaced(client.clone(), &ns);
-            let _ = api
-                .patch_status(
-                    &work.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&status),
-                )
-                .await;
+            // A Work deleted meanwhile: nothing to report.
+            let _ = regressions::write_report(&client, &work, true, "reported by the test").await;
         }
     });
     (updates, task)

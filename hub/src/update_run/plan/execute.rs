@@ -456,6 +456,18 @@ impl Planner<'_, '_> {
         false
     }
 
+    /// Passes cluster `j` of stage `i` over at its turn (`Skipped=True` for `why`), counted
+    /// against the stage's maxFailedClusters.
+    fn pass_over(&mut self, i: usize, j: usize, why: &'static str, message: String) {
+        let now = self.o.now;
+        let stage_name = self.status.stages_status[i].stage_name.clone();
+        let c = NewCondition::new(CLUSTER_SKIPPED, TRUE, why, message.clone(), self.generation);
+        let cluster = &mut self.status.stages_status[i].clusters[j];
+        set_condition(&mut cluster.conditions, c, now);
+        cluster.end_time = Some(Time(now));
+        self.event(true, why, format!("stage {stage_name}: {message}"));
+    }
+
     /// Why `cluster` must not be updated blindly, if so: a forward run (not a rollback) reaches
     /// it while its workload is unhealthy on the snapshot the run's clusters ran before (the
     /// fleet's known version). A cluster broken on another snapshot (a failed earlier rollout)
@@ -521,21 +533,7 @@ impl Planner<'_, '_> {
                 let message = format!(
                     "MemberCluster {name} was not healthy at its turn ({why}); passed over within the stage's maxFailedClusters {budget}"
                 );
-                let c = NewCondition::new(
-                    CLUSTER_SKIPPED,
-                    TRUE,
-                    reason::MEMBER_UNHEALTHY,
-                    message.clone(),
-                    self.generation,
-                );
-                let cluster = &mut self.status.stages_status[i].clusters[j];
-                set_condition(&mut cluster.conditions, c, now);
-                cluster.end_time = Some(Time(now));
-                self.event(
-                    true,
-                    reason::MEMBER_UNHEALTHY,
-                    format!("stage {stage_name}: {message}"),
-                );
+                self.pass_over(i, j, reason::MEMBER_UNHEALTHY, message);
                 continue;
             }
             if let Some(why) = self.unhealthy_before_update(&name) {
@@ -554,21 +552,7 @@ impl Planner<'_, '_> {
                 let message = format!(
                     "cluster {name}'s workload was not healthy at its turn ({why}); not updated, passed over within the stage's maxFailedClusters {budget}"
                 );
-                let c = NewCondition::new(
-                    CLUSTER_SKIPPED,
-                    TRUE,
-                    reason::UNHEALTHY_BEFORE_UPDATE,
-                    message.clone(),
-                    self.generation,
-                );
-                let cluster = &mut self.status.stages_status[i].clusters[j];
-                set_condition(&mut cluster.conditions, c, now);
-                cluster.end_time = Some(Time(now));
-                self.event(
-                    true,
-                    reason::UNHEALTHY_BEFORE_UPDATE,
-                    format!("stage {stage_name}: {message}"),
-                );
+                self.pass_over(i, j, reason::UNHEALTHY_BEFORE_UPDATE, message);
                 continue;
             }
             let Some(binding) = self.binding(&name) else {

@@ -50,15 +50,7 @@ impl<'a, 'o> Planner<'a, 'o> {
         let strategy = self.validate()?;
         // Checked after validation, so a run that could never start does not stop an earlier
         // one. The earlier run yields to this one (it sees this run waiting) and ends.
-        if let (Some(earlier), false) = (&self.earlier, plan_only) {
-            return Err((
-                reason::WAITING_FOR_PREVIOUS_RUN,
-                format!(
-                    "waiting for UpdateRun {earlier}, which this newer run supersedes, to stop rolling out Placement {}",
-                    self.o.run.spec.placement_name
-                ),
-            ));
-        }
+        self.earlier_run_done(plan_only)?;
         self.scheduling_settled()?;
         let selected = self.selected()?;
         let per_stage = self.sort_into_stages(strategy, &selected.scheduled)?;
@@ -74,15 +66,7 @@ impl<'a, 'o> Planner<'a, 'o> {
         plan_only: bool,
     ) -> Result<(), Refusal> {
         self.validate_target()?;
-        if let (Some(earlier), false) = (&self.earlier, plan_only) {
-            return Err((
-                reason::WAITING_FOR_PREVIOUS_RUN,
-                format!(
-                    "waiting for UpdateRun {earlier}, which this newer run supersedes, to stop rolling out Placement {}",
-                    self.o.run.spec.placement_name
-                ),
-            ));
-        }
+        self.earlier_run_done(plan_only)?;
         let (strategy, per_stage) = self.rollback_plan(rollback)?;
         let scheduled: Vec<&str> = per_stage[0].iter().map(String::as_str).collect();
         let selected = Selected {
@@ -92,6 +76,21 @@ impl<'a, 'o> Planner<'a, 'o> {
         let per_stage = per_stage.clone();
         self.freeze(&strategy, per_stage, selected);
         Ok(())
+    }
+
+    /// An earlier run of the placement still goes (this run waits for it to yield), unless
+    /// this run is only planned.
+    fn earlier_run_done(&self, plan_only: bool) -> Result<(), Refusal> {
+        match (&self.earlier, plan_only) {
+            (Some(earlier), false) => Err((
+                reason::WAITING_FOR_PREVIOUS_RUN,
+                format!(
+                    "waiting for UpdateRun {earlier}, which this newer run supersedes, to stop rolling out Placement {}",
+                    self.o.run.spec.placement_name
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Everything the run names exists and every value it will use can be read.
