@@ -3,7 +3,8 @@
 //! version whose pods never become ready is rolled back everywhere it reached, marked failed
 //! and never retried; with `maxRollbacks: 1` that opens the circuit, so a newer good version is
 //! reported but not applied until a person resets it (the annotation `kubectl fleet autoupdate
-//! reset` and the dashboard set).
+//! reset` and the dashboard set). A version that turns available everywhere and regresses
+//! during its run's bake is rolled back the same way: healthy only once the bake is over.
 
 mod common;
 
@@ -240,4 +241,97 @@ async fn an_unreachable_registry_and_a_pinned_image_change_nothing() {
     )
     .await
     .unwrap();
+}
+
+#[tokio::test]
+async fn a_version_that_regresses_during_its_bake_is_rolled_back_and_never_picked_again() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let fleet = Fleet::get().unwrap();
+    let repo = fleet.registry_repo("au-bake").unwrap();
+    let image = |tag: &str| repo.image(tag);
+    let empty = || json!([]);
+    let r = Rollout::new(fleet, "aub", &image("1.0.0"), [empty(), empty(), empty()]).await;
+    repo.push(&["1.0.0"]).unwrap();
+    r.run_to_success("v1", 0).await;
+    // From now on the strategy's runs bake an hour after their last stage.
+    kubectl(
+        fleet,
+        &[
+            "patch",
+            "stagedupdatestrategy",
+            &r.strategy,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"bake":"1h"}}"#,
+        ],
+    );
+    let name = format!("{}-p", r.id);
+    track_policy(&r, &name, &["1.1.0"]);
+    let policies: Api<AutoUpdatePolicy> = Api::all(r.hub.clone());
+    policies
+        .create(&PostParams::default(), &policy(&name, &r, json!({})))
+        .await
+        .unwrap();
+    repo.push(&["1.1.0"]).unwrap();
+
+    // 1.1.0 reaches every member and bakes: not healthy yet.
+    let runs: Api<UpdateRun> = Api::all(r.hub.clone());
+    let run = format!("{name}-1-1-0");
+    wait_for(
+        &runs,
+        &run,
+        "the run to bake",
+        TIMEOUT,
+        |r: Option<&UpdateRun>| {
+            r.and_then(|r| r.status.as_ref())
+                .and_then(|s| find(&s.conditions, "Progressing"))
+                .is_some_and(|c| c.reason == fleethub_crds::update_run::reason::BAKING)
+        },
+    )
+    .await
+    .unwrap();
+    let baking = status(policies.get_opt(&name).await.unwrap().as_ref());
+    assert_eq!(
+        baking.current_version.as_deref(),
+        Some("1.0.0"),
+        "{baking:?}"
+    );
+
+    // member-1 loses its 1.1.0 pods for good (their replacements never turn ready): past the
+    // policy's 15 s health timeout the run fails, and the version is rolled back and failed.
+    let _unready = fleet.simulate_unready(&image("1.1.0")).unwrap();
+    common::kubectl_on(
+        fleet,
+        "member-1",
+        &["-n", &r.ns, "delete", "pods", "--all", "--wait=false"],
+    );
+    let p = wait_for(
+        &policies,
+        &name,
+        "1.1.0 to be rolled back",
+        Duration::from_secs(240),
+        |p: Option<&AutoUpdatePolicy>| {
+            let s = status(p);
+            s.failed_versions == ["1.1.0"] && s.in_flight.is_none()
+        },
+    )
+    .await
+    .unwrap();
+    let s = p.status.unwrap();
+    assert_eq!(s.current_version.as_deref(), Some("1.0.0"));
+    assert!(
+        s.history
+            .iter()
+            .any(|h| h.version == "1.1.0" && h.outcome == VersionOutcome::RolledBack),
+        "{:?}",
+        s.history
+    );
+    assert!(
+        !s.history
+            .iter()
+            .any(|h| h.version == "1.1.0" && h.outcome == VersionOutcome::Healthy)
+    );
+    for i in 1..=3 {
+        r.wait_running(fleet, i, &image("1.0.0")).await;
+    }
 }

@@ -94,7 +94,7 @@ pub const WATCH_TIMEOUT_SECONDS: u32 = 60;
 /// (except for [`PAGED_KINDS`]): since Kubernetes 1.31 the API server serves a consistent list
 /// from its watch cache, but (until its cache snapshots, alpha in 1.33) only the first page;
 /// every later page was read from etcd and decoded again. One request took a restarted hub's
-/// 1,000 Bindings from 0.6–3.4 s to 0.4–1.2 s (BENCHMARKS.md, session 31). Each watch request
+/// 1,000 Bindings from 0.6–3.4 s to 0.4–1.2 s (BENCHMARKS.md, 2026-11-28). Each watch request
 /// lasts at most [`WATCH_TIMEOUT_SECONDS`].
 pub fn watcher_config() -> kube::runtime::watcher::Config {
     let mut config = kube::runtime::watcher::Config::default()

@@ -516,6 +516,13 @@ fn a_cluster_broken_on_another_snapshot_or_in_a_rollback_is_updated() {
     broken_on_1(&mut w, "stage-a");
     w.works.get_mut("stage-a").unwrap().index = 3;
     assert_eq!(binds(&w.step()), ["stage-a"]);
+    // Objects not applied (drifted under IfNotDrifted) on snapshot 1: updated, and its apply
+    // says why it fails.
+    let mut w = World::new();
+    on_snapshot_1(&mut w);
+    broken_on_1(&mut w, "stage-a");
+    w.member_apply_failed("stage-a", "deployment app/web: drifted: spec.replicas");
+    assert_eq!(binds(&w.step()), ["stage-a"]);
     // A run back to an older snapshot is a rollback: it goes.
     let mut w = World::new();
     on_snapshot_1(&mut w);

@@ -1017,7 +1017,7 @@ fn empty_stages_still_honour_their_gates_and_the_deletion_stage_removes_unselect
 /// How a crash (or a failed write) between a plan's status and its actions loses writes.
 #[derive(Clone, Copy)]
 enum Loss {
-    /// Actions first, then the status (the order before session 12): the status is lost.
+    /// Actions first, then the status (the order the controller once used): the status is lost.
     StatusAfterActions,
     /// The status first, then the actions (the controller's order): the status write is lost
     /// (and nothing is done), or any of the actions after it are.

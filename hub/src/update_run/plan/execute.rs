@@ -470,8 +470,9 @@ impl Planner<'_, '_> {
 
     /// Why `cluster` must not be updated blindly, if so: a forward run (not a rollback) reaches
     /// it while its workload is unhealthy on the snapshot the run's clusters ran before (the
-    /// fleet's known version). A cluster broken on another snapshot (a failed earlier rollout)
-    /// is updated: the run may be its fix.
+    /// fleet's known version): applied, and not available. A cluster broken on another snapshot
+    /// (a failed earlier rollout) is updated: the run may be its fix; so is one whose objects
+    /// are not applied (drifted under `IfNotDrifted`): its update fails naming the field.
     fn unhealthy_before_update(&self, cluster: &str) -> Option<String> {
         let previous = self
             .status
@@ -482,10 +483,7 @@ impl Planner<'_, '_> {
         if self.o.run.spec.rollback.is_some() || self.index() <= previous {
             return None;
         }
-        match super::regression::health(self.o.works.get(cluster), previous) {
-            super::regression::Health::Unhealthy(why) => Some(why),
-            super::regression::Health::Healthy | super::regression::Health::Unknown => None,
-        }
+        super::regression::workload_unhealthy(self.o.works.get(cluster), previous)
     }
 
     /// The Bind of `binding` to `index` with the overrides the run fixed.

@@ -57,6 +57,21 @@ pub(super) fn health(work: Option<&WorkView>, index: i64) -> Health {
     }
 }
 
+/// Why the workload of a cluster that runs snapshot `index` is unhealthy, if it is: its Work
+/// is applied and not available (the objects are there; their pods are not well).
+pub(super) fn workload_unhealthy(work: Option<&WorkView>, index: i64) -> Option<String> {
+    let w = work.filter(|w| w.index == index)?;
+    let current = |c: &Option<super::ConditionView>| {
+        c.as_ref()
+            .filter(|c| c.observed_generation == w.generation)
+            .cloned()
+    };
+    match (current(&w.applied), current(&w.available)) {
+        (Some(a), Some(v)) if a.status == TRUE && v.status == FALSE => Some(v.message),
+        _ => None,
+    }
+}
+
 /// A cluster the run updated and watches: it succeeded, or it regressed since.
 pub(super) fn watched(c: &ClusterUpdatingStatus) -> bool {
     !skipped(c) && (is_true(&c.conditions, SUCCEEDED) || regressed(c))
