@@ -1,7 +1,8 @@
 //! Metric gates and before-stage approvals on the real hub with the local fleet's real
 //! Prometheus: a stage's after-stage MetricCheck holds the next stage until the query returns
 //! data `successThreshold` checks in a row, a before-stage Approval holds the stage's clusters,
-//! and an unreachable Prometheus holds the gate with a message naming it.
+//! and an unreachable Prometheus holds the gate with a message naming it. A stage's background
+//! analysis that stops returning data fails the stage mid-way, before its last cluster starts.
 //!
 //! The metric is a gauge of the fleet's test exporter that the test sets; the members' reports
 //! come from the stand-in of `common`.
@@ -199,4 +200,91 @@ async fn an_unreachable_prometheus_holds_the_gate_and_says_why() {
         "an error never passes"
     );
     members.abort();
+}
+
+#[tokio::test]
+async fn background_analysis_failing_mid_stage_fails_it_before_its_remaining_clusters() {
+    let fleet = Fleet::get().unwrap();
+    let s = Scenario::new(fleet, "ba").await;
+    let hub = s.hub.clone();
+    let env = json!({"env": s.env("production")});
+    let a = s.member("a", env.clone()).await;
+    let b = s.member("b", env.clone()).await;
+    let c = s.member("c", env).await;
+    s.placement(&[&a, &b, &c], false).await;
+    // Passing to start with: the analysis passes while errors < 0.5.
+    let errors = TestGauge::new(fleet, "fleethub_test_errors", &[("run", &s.run)], 0.1)
+        .await
+        .unwrap();
+    s.strategy(json!([
+        {"name": "production", "labelSelector": {"matchLabels": {"env": s.env("production")}},
+         "analysis": {"failureLimit": 2, "metricCheck": {
+             "url": fleet.prometheus_url().unwrap(),
+             "query": r#"fleethub_test_errors{run="$run"} < 0.5"#, "interval": "1s"}}}]))
+        .await;
+    s.start_run(0).await;
+    let runs: Api<UpdateRun> = Api::all(hub.clone());
+
+    // The first cluster is updated and reported; the second is updating (never reported).
+    let works: Api<fleethub_crds::Work> =
+        Api::namespaced(hub.clone(), &fleethub_crds::names::member_namespace(&a));
+    let work = fleethub_testkit::poll_until("a's Work", TIMEOUT, || async {
+        works
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|w| w.spec.placement_name == s.placement)
+    })
+    .await
+    .unwrap();
+    common::regressions::report(&hub, &work, true, "reported by the test").await;
+    let bindings: Api<Binding> = Api::all(hub.clone());
+    let bound = |x: Option<&Binding>| {
+        x.is_some_and(|x| x.spec.update_run_name.as_deref() == Some(s.run.as_str()))
+    };
+    wait_for(
+        &bindings,
+        &format!("{}-{b}", s.placement),
+        "b updating",
+        TIMEOUT,
+        bound,
+    )
+    .await
+    .unwrap();
+    let passing = runs.get(&s.run).await.unwrap();
+    assert!(find(&passing.status.unwrap().conditions, "Succeeded").is_none());
+
+    // The errors rise: two checks without data fail the stage and the run at once.
+    errors.set(1.0).await.unwrap();
+    let failed = wait_for(
+        &runs,
+        &s.run,
+        "the analysis to fail the run",
+        TIMEOUT,
+        common::ended,
+    )
+    .await
+    .unwrap();
+    let status = failed.status.unwrap();
+    let why = find(&status.conditions, "Succeeded").unwrap();
+    assert_eq!(
+        (why.status.as_str(), why.reason.as_str()),
+        ("False", reason::ANALYSIS_FAILED)
+    );
+    assert!(
+        why.message
+            .contains("consecutive checks returned no data (failureLimit 2)"),
+        "{}",
+        why.message
+    );
+    let analysis = status.stages_status[0].analysis.clone().unwrap();
+    assert!(analysis.consecutive_failures >= 2, "{analysis:?}");
+    let never = bindings.get(&format!("{}-{c}", s.placement)).await.unwrap();
+    assert_ne!(
+        never.spec.update_run_name.as_deref(),
+        Some(s.run.as_str()),
+        "the stage's last cluster was never started"
+    );
 }
