@@ -612,17 +612,12 @@ fn task(
             let wait_time = config.and_then(|c| c.wait_time.clone()).unwrap_or_default();
             let wait = duration::parse(&wait_time).ok();
             // Time the soak was paused does not count: it ends that much later.
-            let paused = jiff::SignedDuration::from_secs(t.paused_seconds.unwrap_or(0));
+            let paused = t.paused_seconds.unwrap_or(0);
             TaskProgress::TimedWait {
                 until: clusters_completed
                     .zip(wait)
                     .filter(|_| t.paused_since.is_none())
-                    .map(|(done, wait)| {
-                        done.0
-                            .checked_add(wait)
-                            .and_then(|t| t.checked_add(paused))
-                            .unwrap_or(done.0)
-                    }),
+                    .map(|(done, wait)| crate::update_run::wait_end(done.0, wait, paused)),
                 elapsed_at: true_since(&t.conditions, WAIT_TIME_ELAPSED),
                 paused: find(&t.conditions, WAIT_TIME_ELAPSED)
                     .filter(|c| c.status == FALSE && c.reason == reason::SOAK_PAUSED)

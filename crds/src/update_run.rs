@@ -396,6 +396,30 @@ pub struct UpdateRunStatus {
     pub end_time: Option<Time>,
 }
 
+/// A wait that stands still while its run is held (a soak, a bake) resumes at `now`: the time
+/// it stood still is added to `paused_seconds`, `paused_since` is cleared. Returns every second
+/// it stood still.
+pub fn resume_wait(
+    paused_seconds: &mut Option<i64>,
+    paused_since: &mut Option<Time>,
+    now: jiff::Timestamp,
+) -> i64 {
+    let mut paused = paused_seconds.unwrap_or(0);
+    if let Some(since) = paused_since.take() {
+        paused += (now.as_second() - since.0.as_second()).max(0);
+        *paused_seconds = Some(paused);
+    }
+    paused
+}
+
+/// When a wait of `wait` that began at `start` ends, having stood still `paused` seconds.
+pub fn wait_end(start: jiff::Timestamp, wait: std::time::Duration, paused: i64) -> jiff::Timestamp {
+    start
+        .checked_add(wait)
+        .and_then(|t| t.checked_add(jiff::SignedDuration::from_secs(paused)))
+        .unwrap_or(start)
+}
+
 /// The bake after a run's last stage.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]

@@ -29,15 +29,12 @@ use fleethub_crds::work::DEFAULT_HEALTH_TIMEOUT;
 use fleethub_runtime::Health;
 use fleethub_runtime::retry::{Backoff, ERROR_BACKOFF, FailureBackoff};
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::ListParams;
 use kube::runtime::controller::{self, Action};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -50,6 +47,9 @@ use crate::metrics::{Metrics, request};
 use crate::status_writes::{self, CONFLICT_RETRY, StatusWrites, Written};
 use crate::work_status::{self, ManifestReport, StatusInput};
 use crate::{Error, apply, cleanup, readiness};
+
+mod workload_pods;
+use workload_pods::{with_pod_problems, with_restarts};
 
 /// How soon a Work whose manifests did not all apply is tried again (over the same failure
 /// count as errors): an apply the member refuses usually needs a person, so this starts
@@ -445,48 +445,6 @@ async fn current_work(work: Arc<Work>, ctx: &Context) -> Result<Option<Arc<Work>
 /// [`with_pod_problems`]).
 const POD_STATE_RECHECK: Duration = Duration::from_secs(5);
 
-/// A workload that is not ready says why its pods are not (the image and state of a stuck
-/// container, an unschedulable pod), read from the member's pods. A failed read leaves the
-/// message as it was: the workload's own status still says what is missing.
-async fn with_pod_problems(
-    readiness: availability::Readiness,
-    object: &Value,
-    ctx: &Context,
-) -> availability::Readiness {
-    let availability::Readiness::NotReady(message) = readiness else {
-        return readiness;
-    };
-    let problems = pods_of(object, ctx)
-        .await
-        .map_or_else(Vec::new, |pods| availability::pod_problems(&pods));
-    if problems.is_empty() {
-        availability::Readiness::NotReady(message)
-    } else {
-        availability::Readiness::NotReady(format!("{message} ({})", problems.join("; ")))
-    }
-}
-
-/// The pods of a workload (those its `spec.selector` selects), read from the member; None
-/// for an object that runs no pods, or when the read fails (logged).
-async fn pods_of(object: &Value, ctx: &Context) -> Option<Vec<Value>> {
-    let selector = availability::pod_selector(object)?;
-    let ns = object["metadata"]["namespace"].as_str()?;
-    let pods: Api<Pod> = Api::namespaced(ctx.member.clone(), ns);
-    ctx.metrics.object_read();
-    match pods.list(&ListParams::default().labels(&selector)).await {
-        Ok(list) => Some(
-            list.items
-                .iter()
-                .filter_map(|p| serde_json::to_value(p).ok())
-                .collect(),
-        ),
-        Err(e) => {
-            tracing::debug!(namespace = ns, %selector, error = %e, "cannot read the pods of a workload");
-            None
-        }
-    }
-}
-
 /// The Work's health timeout (its schema admits only valid durations; default 5m).
 fn health_timeout(work: &Work, key: &str) -> Duration {
     match work.spec.health_timeout.as_deref() {
@@ -520,24 +478,6 @@ fn available_for_generation(work: &Work) -> bool {
         .as_ref()
         .and_then(|s| fleethub_crds::conditions::find(&s.conditions, "Available"))
         .is_some_and(|c| c.status == "True" && c.observed_generation == work.metadata.generation)
-}
-
-/// A ready workload whose containers restarted after `since` is not ready: read from its pods.
-/// A failed read leaves it ready (its own status says so).
-async fn with_restarts(
-    readiness: availability::Readiness,
-    object: &Value,
-    since: jiff::Timestamp,
-    ctx: &Context,
-) -> (availability::Readiness, bool) {
-    let restarts = pods_of(object, ctx)
-        .await
-        .map_or_else(Vec::new, |pods| availability::restarts_since(&pods, since));
-    if restarts.is_empty() {
-        return (readiness, false);
-    }
-    let message = format!("{}: {}", availability::label(object), restarts.join("; "));
-    (availability::Readiness::NotReady(message), true)
 }
 
 /// Each manifest's report from what its apply found, with the pods' problems of a workload that

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use fleethub_crds::conditions::TRUE;
 use fleethub_crds::duration;
-use fleethub_crds::update_run::{BakeStatus, PROGRESSING, reason};
-use jiff::SignedDuration;
+use fleethub_crds::update_run::{BakeStatus, PROGRESSING, reason, resume_wait, wait_end};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::Planner;
@@ -48,16 +47,9 @@ impl Planner<'_, '_> {
         if bake.end_time.is_some() {
             return true;
         }
-        let mut paused = bake.paused_seconds.unwrap_or(0);
-        if let Some(since) = bake.paused_since.take() {
-            paused += (now.as_second() - since.0.as_second()).max(0);
-            bake.paused_seconds = Some(paused);
-        }
+        let paused = resume_wait(&mut bake.paused_seconds, &mut bake.paused_since, now);
         let start = bake.start_time.0;
-        let until = start
-            .checked_add(wait)
-            .and_then(|t| t.checked_add(SignedDuration::from_secs(paused)))
-            .unwrap_or(start);
+        let until = wait_end(start, wait, paused);
         if now >= until {
             bake.end_time = Some(Time(now));
             return true;

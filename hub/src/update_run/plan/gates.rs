@@ -10,7 +10,7 @@ use fleethub_crds::metric_check::{self, Settings, Step};
 use fleethub_crds::strategy::{MetricCheck, StageTask, StageTaskType};
 use fleethub_crds::update_run::{
     APPROVAL_REQUEST_APPROVED, APPROVAL_REQUEST_CREATED, METRIC_CHECK_PASSED, MetricCheckResult,
-    PROGRESSING, SUCCEEDED, StageTaskStatus, WAIT_TIME_ELAPSED, reason,
+    PROGRESSING, SUCCEEDED, StageTaskStatus, WAIT_TIME_ELAPSED, reason, resume_wait, wait_end,
 };
 use fleethub_crds::{duration, names};
 use jiff::Timestamp;
@@ -154,7 +154,7 @@ impl Planner<'_, '_> {
             return Gate::Passed;
         }
         let waited = duration::format(wait);
-        let mut paused = task.paused_seconds.unwrap_or(0);
+        let paused = task.paused_seconds.unwrap_or(0);
         if let Some(held) = &self.held {
             // Only healthy time counts: the soak stands still while a cluster is regressed.
             let since = task.paused_since.get_or_insert(Time(now)).0;
@@ -169,14 +169,8 @@ impl Planner<'_, '_> {
             set_condition(&mut task.conditions, c, now);
             return Gate::Waiting(format!("soak paused at {counted} of {waited}"));
         }
-        if let Some(since) = task.paused_since.take() {
-            paused += (now.as_second() - since.0.as_second()).max(0);
-            task.paused_seconds = Some(paused);
-        }
-        let until = completed
-            .checked_add(wait)
-            .and_then(|t| t.checked_add(jiff::SignedDuration::from_secs(paused)))
-            .unwrap_or(completed);
+        let paused = resume_wait(&mut task.paused_seconds, &mut task.paused_since, now);
+        let until = wait_end(completed, wait, paused);
         if now >= until {
             let c = self.cond(
                 WAIT_TIME_ELAPSED,
