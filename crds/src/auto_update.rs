@@ -136,9 +136,9 @@ pub struct AutoUpdatePolicySpec {
     /// The StagedUpdateStrategy new versions roll out with; every gate of it applies.
     #[schemars(length(min = 1, max = 253))]
     pub staged_rollout_strategy_name: String,
-    /// The StagedUpdateStrategy a rollback rolls out with. Unset: one stage of every cluster, all
-    /// at once, no gates (clusters the failed run did not reach already run the previous
-    /// version).
+    /// Deprecated and ignored: a failed version's run rolls itself back (`onFailure: Rollback`),
+    /// the clusters it updated newest first, a quarter at a time, without gates (clusters it did
+    /// not reach already run the previous version).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub rollback_strategy_name: Option<String>,
@@ -286,12 +286,9 @@ pub struct InFlightUpdate {
     /// The UpdateRun rolling the version out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update_run: Option<String>,
-    /// The snapshot index holding the previous image again, once the placement cut it: what
-    /// the rollback run rolls out (the same objects as `previousSnapshotIndex`, and the newest
-    /// snapshot, so the placement is in step again afterwards).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollback_snapshot_index: Option<i64>,
-    /// The UpdateRun rolling it back.
+    /// The UpdateRun rolling it back: the rollback run the failed run created (its
+    /// `status.rollbackRun`), returning the clusters it updated to the snapshot they ran
+    /// before, newest first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback_run: Option<String>,
     /// When the update started.

@@ -21,7 +21,7 @@ use fleethub_crds::auto_update::{
 use fleethub_crds::conditions::{find, is_true};
 use fleethub_testkit::{Fleet, free_port, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::Api;
+use kube::{Api, ResourceExt};
 use kube::api::PostParams;
 use serde_json::json;
 
@@ -107,6 +107,21 @@ async fn registry_versions_roll_out_roll_back_and_open_the_circuit() {
         Some(image("1.1.0").as_str()),
         "the previous image is back on the hub"
     );
+    // The failed run rolled itself back (`onFailure: Rollback`): one mechanism, whatever started
+    // the run; the policy followed the rollback run the failed run named.
+    let runs: Api<UpdateRun> = Api::all(r.hub.clone());
+    let failed = runs.get(&format!("{name}-1-2-0")).await.unwrap();
+    let rollback = format!("{name}-1-2-0-rollback");
+    assert_eq!(
+        failed.status.as_ref().and_then(|s| s.rollback_run.as_deref()),
+        Some(rollback.as_str())
+    );
+    let rollback = runs.get(&rollback).await.unwrap();
+    assert_eq!(
+        rollback.spec.rollback.as_ref().map(|r| r.of.as_str()),
+        Some(format!("{name}-1-2-0").as_str())
+    );
+    assert!(rollback.labels().contains_key(fleethub_crds::auto_update::POLICY_LABEL));
 
     // A newer good version is found and reported, not applied, while the circuit is open.
     repo.push(&["1.3.0"]).unwrap();

@@ -116,7 +116,7 @@ async fn a_hub_crashing_again_and_again_neither_repeats_nor_loses_an_update_or_a
         [
             format!("{name}-1-1-0"),
             format!("{name}-1-2-0"),
-            format!("{name}-rollback-1-2-0")
+            format!("{name}-1-2-0-rollback")
         ]
     );
     for i in 1..=3 {

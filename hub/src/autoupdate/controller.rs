@@ -16,16 +16,15 @@ use fleethub_crds::conditions::{find, is_true};
 use fleethub_crds::field_manager::AUTO_UPDATE as FIELD_MANAGER;
 use fleethub_crds::placement::RolloutStrategyType;
 use fleethub_crds::run_progress::RunPhase;
-use fleethub_crds::strategy::{StageConfig, StagedUpdateStrategySpec};
+use fleethub_crds::strategy::OnFailure;
 use fleethub_crds::update_run::{
-    PROGRESSING, RollbackSpec, SUCCEEDED, UpdateRunSpec, reason as run_reason,
+    PROGRESSING, SUCCEEDED, UpdateRunSpec, reason as run_reason,
 };
 use fleethub_crds::work::AVAILABLE;
-use fleethub_crds::{Placement, ResourceSnapshot, StagedUpdateStrategy, UpdateRun, names};
+use fleethub_crds::{Placement, ResourceSnapshot, UpdateRun, names};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{
     ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
@@ -42,12 +41,9 @@ use super::schedule::Schedule;
 use super::versions;
 use crate::Error;
 use crate::clock::Clock;
-use crate::error::{EXISTS, ok_if};
+use crate::error::{EXISTS, GONE, ok_if};
 use crate::metrics::Metrics;
 use fleethub_runtime::retry::{ERROR_BACKOFF, FailureBackoff};
-
-/// The stage of the default rollback strategy.
-const ROLLBACK_STAGE: &str = "all-clusters";
 
 /// What the reconciler shares.
 pub struct Context {
@@ -155,18 +151,18 @@ async fn reconcile(cached: Arc<AutoUpdatePolicy>, ctx: Arc<Context>) -> Result<R
     let target = read_target(&ctx, &policy).await?;
     let placement = read_placement(&ctx, &policy).await?;
     let flight = status.in_flight.as_ref();
-    let awaited_image = flight.and_then(|f| match f.phase {
-        InFlightPhase::Applying => Some(&f.image),
-        InFlightPhase::RollingBack if f.rollback_snapshot_index.is_none() => {
-            Some(&f.previous_image)
-        }
-        _ => None,
-    });
+    let awaited_image = flight
+        .filter(|f| f.phase == InFlightPhase::Applying)
+        .map(|f| &f.image);
     let snapshot_with_image = match awaited_image {
         Some(image) => snapshot_with_image(&ctx, &policy, placement.as_ref().ok(), image).await?,
         None => None,
     };
     let update_run = outcome(&ctx, flight.and_then(|f| f.update_run.as_deref()));
+    let update_run_rollback = flight
+        .and_then(|f| f.update_run.as_deref())
+        .and_then(|name| ctx.runs.get(&ObjectRef::new(name)))
+        .and_then(|run| run.status.as_ref().and_then(|s| s.rollback_run.clone()));
     let rollback_run = outcome(&ctx, flight.and_then(|f| f.rollback_run.as_deref()));
     let name = policy.name_any();
     let annotations = policy.annotations();
@@ -191,6 +187,7 @@ async fn reconcile(cached: Arc<AutoUpdatePolicy>, ctx: Arc<Context>) -> Result<R
         placement,
         snapshot_with_image,
         update_run,
+        update_run_rollback,
         rollback_run,
         registry: None,
     };
@@ -368,10 +365,11 @@ async fn read_placement(
     }
     let status = placement.status.clone().unwrap_or_default();
     let latest = status.latest_resource_snapshot_index;
+    let current = same_content_as_latest(ctx, name, latest, &status.placement_statuses).await?;
     let behind: Vec<&str> = status
         .placement_statuses
         .iter()
-        .filter(|c| c.resource_snapshot_index.is_some() && c.resource_snapshot_index != latest)
+        .filter(|c| c.resource_snapshot_index.is_some_and(|i| !current(i)))
         .map(|c| c.cluster_name.as_str())
         .collect();
     let active: Vec<String> = ctx
@@ -394,7 +392,7 @@ async fn read_placement(
         && status
             .placement_statuses
             .iter()
-            .all(|c| c.resource_snapshot_index == latest && is_true(&c.conditions, AVAILABLE));
+            .all(|c| c.resource_snapshot_index.is_some_and(&current) && is_true(&c.conditions, AVAILABLE));
     let unsettled_because = if !active.is_empty() {
         format!("UpdateRun {} is in progress", active.join(", "))
     } else if !behind.is_empty() {
@@ -412,6 +410,44 @@ async fn read_placement(
         available: settled && all_available,
         unsettled_because,
     }))
+}
+
+/// Which snapshot indexes hold the same objects as the newest one. A rollback returns clusters
+/// to the snapshot they ran before, while the previous image back on the hub object cuts a new
+/// snapshot of the same objects: those clusters are not behind.
+async fn same_content_as_latest(
+    ctx: &Context,
+    placement: &str,
+    latest: Option<i64>,
+    clusters: &[fleethub_crds::placement::ClusterPlacementStatus],
+) -> Result<impl Fn(i64) -> bool + use<>, Error> {
+    let mut same: Vec<i64> = latest.into_iter().collect();
+    if clusters
+        .iter()
+        .any(|c| c.resource_snapshot_index.is_some_and(|i| Some(i) != latest))
+    {
+        let selector = format!("{}={placement}", names::PLACEMENT_LABEL);
+        let snapshots = Api::<ResourceSnapshot>::all(ctx.client.clone())
+            .list(&ListParams::default().labels(&selector))
+            .await?;
+        let hash = |index: i64| {
+            snapshots
+                .items
+                .iter()
+                .find(|s| s.spec.resource_index == index)
+                .map(|s| s.spec.content_hash.as_str())
+        };
+        if let Some(newest) = latest.and_then(hash) {
+            same.extend(
+                snapshots
+                    .items
+                    .iter()
+                    .filter(|s| s.spec.content_hash == newest)
+                    .map(|s| s.spec.resource_index),
+            );
+        }
+    }
+    Ok(move |index: i64| same.contains(&index))
 }
 
 /// The placement's newest snapshot index, when that snapshot holds the target with `image`.
@@ -448,8 +484,7 @@ async fn snapshot_with_image(
 }
 
 /// How the run `name` stands. A run blocked by a failed cluster (not available within the
-/// health timeout, or its apply failed) counts as failed: it would wait for the cluster to
-/// recover, and auto-update rolls the version back instead.
+/// health timeout, or its apply failed) is `Blocked`: the policy asks it to roll back.
 fn outcome(ctx: &Context, name: Option<&str>) -> RunOutcome {
     let Some(name) = name else {
         return RunOutcome::Missing;
@@ -473,7 +508,12 @@ fn outcome(ctx: &Context, name: Option<&str>) -> RunOutcome {
             RunOutcome::Superseded
         }
         RunPhase::Failed => RunOutcome::Failed(why(SUCCEEDED)),
-        RunPhase::Blocked => RunOutcome::Failed(why(PROGRESSING)),
+        // Waiting for a member to be healthy before its turn is not the version's fault.
+        RunPhase::Blocked
+            if find(conditions, PROGRESSING).is_some_and(|c| c.reason == run_reason::CLUSTER_FAILED) =>
+        {
+            RunOutcome::Blocked(why(PROGRESSING))
+        }
         _ => RunOutcome::Running,
     }
 }
@@ -537,13 +577,18 @@ async fn credentials(
 async fn act(ctx: &Context, policy: &AutoUpdatePolicy, action: &Action) -> Result<(), Error> {
     match action {
         Action::SetImage(image) => set_image(ctx, policy, image).await,
-        Action::EnsureRollbackStrategy(name) => ensure_rollback_strategy(ctx, policy, name).await,
         Action::EnsureRun {
             name,
             snapshot_index,
             strategy,
-            rollback_of,
-        } => ensure_run(ctx, policy, name, *snapshot_index, strategy, rollback_of).await,
+        } => ensure_run(ctx, policy, name, *snapshot_index, strategy).await,
+        Action::RollBackRun(name) => {
+            let patch = serde_json::json!({"spec": {"onFailure": OnFailure::Rollback}});
+            let patched = Api::<UpdateRun>::all(ctx.client.clone())
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
+            ok_if(patched, GONE)
+        }
     }
 }
 
@@ -571,49 +616,12 @@ fn owner(policy: &AutoUpdatePolicy) -> Vec<OwnerReference> {
     policy.controller_owner_ref(&()).into_iter().collect()
 }
 
-async fn ensure_rollback_strategy(
-    ctx: &Context,
-    policy: &AutoUpdatePolicy,
-    name: &str,
-) -> Result<(), Error> {
-    let strategy = StagedUpdateStrategy {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            owner_references: Some(owner(policy)),
-            labels: Some([(POLICY_LABEL.to_string(), policy.name_any())].into()),
-            ..Default::default()
-        },
-        spec: StagedUpdateStrategySpec {
-            // Every cluster at once: the previous version is known good, and a broken one
-            // should not stay on a cluster a moment longer than it must.
-            stages: vec![StageConfig {
-                name: ROLLBACK_STAGE.into(),
-                label_selector: Some(LabelSelector::default()),
-                max_concurrency: Some(IntOrString::String("100%".into())),
-                ..Default::default()
-            }],
-            on_failure: None,
-            bake: None,
-        },
-        status: None,
-    };
-    Api::<StagedUpdateStrategy>::all(ctx.client.clone())
-        .patch(
-            name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&strategy),
-        )
-        .await?;
-    Ok(())
-}
-
 async fn ensure_run(
     ctx: &Context,
     policy: &AutoUpdatePolicy,
     name: &str,
     snapshot_index: i64,
     strategy: &str,
-    rollback_of: &Option<String>,
 ) -> Result<(), Error> {
     let run = UpdateRun {
         metadata: ObjectMeta {
@@ -628,11 +636,9 @@ async fn ensure_run(
             staged_rollout_strategy_name: strategy.to_string(),
             state: None,
             health_timeout: policy.spec.health_timeout.clone(),
-            // Every cluster of the placement, through the rollback strategy.
-            rollback: rollback_of.as_ref().map(|of| RollbackSpec {
-                of: of.clone(),
-                clusters: Vec::new(),
-            }),
+            // A failed version is rolled back by its own run: the clusters it updated return to
+            // the snapshot they ran before, newest first (the policy follows that rollback run).
+            on_failure: Some(OnFailure::Rollback),
             ..Default::default()
         },
         status: None,

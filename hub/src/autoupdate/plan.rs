@@ -64,6 +64,8 @@ pub enum RunOutcome {
     Superseded,
     /// Succeeded=False: the reason and message.
     Failed(String),
+    /// Stopped at a cluster that failed (a run that holds on failure): the reason and message.
+    Blocked(String),
 }
 
 /// Everything one step decides on.
@@ -92,11 +94,13 @@ pub struct Observed<'a> {
     pub target: Result<TargetView, String>,
     /// The placement, or why it cannot be used.
     pub placement: Result<PlacementView, String>,
-    /// While applying: the newest snapshot index, when it holds the new image; while rolling
-    /// back: when it holds the previous image.
+    /// While applying: the newest snapshot index, when it holds the new image.
     pub snapshot_with_image: Option<i64>,
     /// The in-flight update's run.
     pub update_run: RunOutcome,
+    /// The rollback run the in-flight update's run names (`status.rollbackRun`) once it failed:
+    /// the run rolls its own clusters back (`onFailure: Rollback`), and the policy follows it.
+    pub update_run_rollback: Option<String>,
     /// The in-flight rollback's run.
     pub rollback_run: RunOutcome,
     /// After a check: the version the registry offers (`Ok(None)`: nothing newer eligible), or
@@ -109,9 +113,8 @@ pub struct Observed<'a> {
 pub enum Action {
     /// Put `image` on the target container (server-side apply of just that field).
     SetImage(String),
-    /// Make sure the one-stage, gate-less rollback strategy exists.
-    EnsureRollbackStrategy(String),
-    /// Make sure UpdateRun `name` exists, rolling `snapshot_index` with `strategy`.
+    /// Make sure UpdateRun `name` exists, rolling `snapshot_index` with `strategy` and
+    /// `onFailure: Rollback`.
     EnsureRun {
         /// The run's name.
         name: String,
@@ -119,9 +122,10 @@ pub enum Action {
         snapshot_index: i64,
         /// The StagedUpdateStrategy.
         strategy: String,
-        /// For a rollback run: the failed run it rolls back.
-        rollback_of: Option<String>,
     },
+    /// Set `onFailure: Rollback` on UpdateRun `name`, stopped at a failed cluster: it fails and
+    /// rolls its clusters back at once.
+    RollBackRun(String),
 }
 
 /// An event to record on the policy.
@@ -161,16 +165,6 @@ pub enum Plan {
 /// dots and plus signs as dashes (admission keeps policy names to 40 characters).
 pub fn run_name(policy: &str, version: &str) -> String {
     format!("{policy}-{}", dns_version(version))
-}
-
-/// The UpdateRun rolling `version` back.
-pub fn rollback_run_name(policy: &str, version: &str) -> String {
-    format!("{policy}-rollback-{}", dns_version(version))
-}
-
-/// The strategy of rollbacks when the policy names none.
-pub fn rollback_strategy_name(policy: &str) -> String {
-    format!("{policy}-rollback")
 }
 
 fn dns_version(version: &str) -> String {
@@ -494,7 +488,6 @@ impl Stepper<'_, '_> {
             previous_version: status.current_version.clone(),
             snapshot_index: None,
             update_run: None,
-            rollback_snapshot_index: None,
             rollback_run: None,
             start_time: Time(self.o.now),
         });

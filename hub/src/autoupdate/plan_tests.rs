@@ -55,6 +55,7 @@ struct World {
     placement: PlacementView,
     snapshot_with_image: Option<i64>,
     update_run: RunOutcome,
+    update_run_rollback: Option<String>,
     rollback_run: RunOutcome,
     registry: Result<Option<String>, String>,
     check_request: Option<String>,
@@ -71,6 +72,7 @@ impl World {
             placement: quiet(),
             snapshot_with_image: None,
             update_run: RunOutcome::Missing,
+            update_run_rollback: Some("web-1-2-0-rollback".into()),
             rollback_run: RunOutcome::Missing,
             registry: Ok(None),
             check_request: None,
@@ -93,6 +95,7 @@ impl World {
             placement: Ok(self.placement.clone()),
             snapshot_with_image: self.snapshot_with_image,
             update_run: self.update_run.clone(),
+            update_run_rollback: self.update_run_rollback.clone(),
             rollback_run: self.rollback_run.clone(),
             registry,
         }
@@ -184,7 +187,6 @@ fn a_version_goes_through_applying_and_rolling_out_to_healthy() {
             name: "web-1-2-0".into(),
             snapshot_index: 5,
             strategy: "three-stage".into(),
-            rollback_of: None,
         })
     );
     assert_eq!(
@@ -249,39 +251,30 @@ fn a_failed_run_is_rolled_back_once_and_the_version_never_again() {
         VersionOutcome::RolledBack
     );
 
-    // Replayed (a restart before the placement cut the snapshot): the image again, no second
-    // count. The failed version's own snapshot (5) is not the rollback's.
+    // The failed run rolls its own clusters back; the policy follows the rollback run it named.
+    let flight = w.status.in_flight.clone().unwrap();
+    assert_eq!(flight.rollback_run.as_deref(), Some("web-1-2-0-rollback"));
+    let message = &find(&w.status.conditions, UPDATING).unwrap().message;
+    assert!(message.contains("UpdateRun web-1-2-0-rollback rolls"), "{message}");
+
+    // Replayed (a restart): the image again, no second count, no run created.
+    w.rollback_run = RunOutcome::Running;
     let (actions, notes, _) = w.step();
     assert_eq!(actions, vec![Action::SetImage(IMAGE.into())]);
     assert!(notes.is_empty());
     assert_eq!(w.status.rollback_count, 1);
     assert_eq!(w.status.history.len(), 1);
 
-    // The previous image's new snapshot: the rollback run rolls it.
-    w.snapshot_with_image = Some(6);
-    let expected = vec![
-        Action::SetImage(IMAGE.into()),
-        Action::EnsureRollbackStrategy("web-rollback".into()),
-        Action::EnsureRun {
-            name: "web-rollback-1-2-0".into(),
-            snapshot_index: 6,
-            strategy: "web-rollback".into(),
-            rollback_of: Some("web-1-2-0".into()),
-        },
-    ];
-    assert_eq!(w.step().0, expected);
-    let flight = w.status.in_flight.clone().unwrap();
-    assert_eq!(flight.rollback_snapshot_index, Some(6));
-    // A restart before the run was created: it is created again, the image left alone.
-    assert_eq!(w.step().0, expected[1..].to_vec());
-    assert_eq!(w.status.rollback_count, 1);
-
-    w.rollback_run = RunOutcome::Running;
-    assert!(w.step().0.is_empty());
     w.rollback_run = RunOutcome::Succeeded;
     w.step();
     assert!(w.status.in_flight.is_none());
     assert_eq!(w.status.current_version.as_deref(), Some("1.0.0"));
+    assert!(
+        find(&w.status.conditions, UPDATING)
+            .unwrap()
+            .message
+            .contains("rolled back to")
+    );
 
     // The registry still offers 1.2.0: it is never started again.
     w.check_request = Some("again".into());
@@ -296,9 +289,7 @@ fn max_rollbacks_open_the_circuit_and_a_reset_closes_it() {
     for version in ["1.1.0", "1.2.0"] {
         rolling_out(&mut w, version);
         w.update_run = RunOutcome::Failed("bad".into());
-        w.rollback_run = RunOutcome::Missing;
-        w.step();
-        w.snapshot_with_image = Some(6);
+        w.rollback_run = RunOutcome::Running;
         w.step();
         w.rollback_run = RunOutcome::Succeeded;
         w.step();
@@ -339,10 +330,9 @@ fn a_failed_rollback_opens_the_circuit() {
     w.step();
     rolling_out(&mut w, "1.2.0");
     w.update_run = RunOutcome::Failed("bad".into());
+    w.rollback_run = RunOutcome::Running;
     w.step();
-    w.snapshot_with_image = Some(6);
-    w.step();
-    w.rollback_run = RunOutcome::Failed("also bad".into());
+    w.rollback_run = RunOutcome::Blocked("ClusterFailed: member-1 not available".into());
     let (_, notes, _) = w.step();
     assert!(notes.contains(&reason::ROLLBACK_FAILED));
     assert!(w.status.circuit_open);
@@ -351,6 +341,32 @@ fn a_failed_rollback_opens_the_circuit() {
     // The reason sticks on later steps.
     w.step();
     assert_eq!(w.reason(CIRCUIT_OPEN), reason::ROLLBACK_FAILED);
+}
+
+#[test]
+fn a_run_stopped_at_a_failed_cluster_is_asked_to_roll_back_and_one_that_updated_nothing_needs_none()
+{
+    let mut w = World::new();
+    w.step();
+    rolling_out(&mut w, "1.2.0");
+    w.update_run = RunOutcome::Blocked("ClusterFailed: member-2 not available".into());
+    let (actions, notes, _) = w.step();
+    assert_eq!(actions, vec![Action::RollBackRun("web-1-2-0".into())]);
+    assert!(notes.is_empty());
+    assert_eq!(w.status.rollback_count, 0);
+    assert_eq!(w.reason(UPDATING), reason::ROLLING_OUT);
+
+    // It failed before updating any cluster: it names no rollback run, and none is needed.
+    w.update_run = RunOutcome::Failed("MetricCheckFailed: errors above 1".into());
+    w.update_run_rollback = None;
+    let (actions, notes, _) = w.step();
+    assert_eq!(actions, vec![Action::SetImage(IMAGE.into())]);
+    assert_eq!(notes, vec![reason::ROLLED_BACK]);
+    w.step();
+    assert!(w.status.in_flight.is_none());
+    assert_eq!(w.status.failed_versions, vec!["1.2.0".to_string()]);
+    let message = &find(&w.status.conditions, UPDATING).unwrap().message;
+    assert!(message.contains("nothing to roll back"), "{message}");
 }
 
 #[test]
@@ -428,8 +444,7 @@ fn history_and_failed_versions_are_capped() {
     for minor in 1..=60 {
         rolling_out(&mut w, &format!("1.{minor}.0"));
         w.update_run = RunOutcome::Failed("bad".into());
-        w.step();
-        w.snapshot_with_image = Some(6);
+        w.rollback_run = RunOutcome::Running;
         w.step();
         w.rollback_run = RunOutcome::Succeeded;
         w.step();
@@ -448,7 +463,6 @@ fn run_names_are_dns_labels() {
         run_name("web", "1.2.0-RC.1+build.5"),
         "web-1-2-0-rc-1-build-5"
     );
-    assert_eq!(rollback_run_name("web", "1.2.0"), "web-rollback-1-2-0");
     let long = run_name(&"p".repeat(40), "123456789.123456789.123456789");
     assert!(long.len() <= 63 && !long.ends_with('-'), "{long}");
 }

@@ -2,7 +2,7 @@
 //! what it creates (for clean-up), and asking it for a check or a reset as a person does.
 
 use fleethub_crds::auto_update::{AutoUpdatePolicy, AutoUpdatePolicyStatus};
-use fleethub_crds::{StagedUpdateStrategy, UpdateRun};
+use fleethub_crds::UpdateRun;
 use fleethub_testkit::Fleet;
 use serde_json::json;
 
@@ -50,13 +50,11 @@ pub fn status(p: Option<&AutoUpdatePolicy>) -> AutoUpdatePolicyStatus {
 /// Tracks what a policy creates (its runs are also owned by it).
 pub fn track_policy(r: &Rollout, name: &str, versions: &[&str]) {
     r.cleanup.track::<AutoUpdatePolicy>("hub", None, name);
-    r.cleanup
-        .track::<StagedUpdateStrategy>("hub", None, &format!("{name}-rollback"));
     for v in versions {
         let v = v.replace('.', "-");
         r.cleanup
             .track::<UpdateRun>("hub", None, &format!("{name}-{v}"));
         r.cleanup
-            .track::<UpdateRun>("hub", None, &format!("{name}-rollback-{v}"));
+            .track::<UpdateRun>("hub", None, &format!("{name}-{v}-rollback"));
     }
 }

@@ -43,7 +43,6 @@ impl Stepper<'_, '_> {
                     name: name.clone(),
                     snapshot_index: index,
                     strategy: o.spec.staged_rollout_strategy_name.clone(),
-                    rollback_of: None,
                 });
                 self.rolling_out(status, &flight, &name);
                 status.in_flight = Some(flight);
@@ -62,7 +61,6 @@ impl Stepper<'_, '_> {
                                     .snapshot_index
                                     .unwrap_or(flight.previous_snapshot_index),
                                 strategy: o.spec.staged_rollout_strategy_name.clone(),
-                                rollback_of: None,
                             });
                         }
                         self.rolling_out(status, &flight, &name);
@@ -112,74 +110,69 @@ impl Stepper<'_, '_> {
                             ),
                         );
                     }
-                    RunOutcome::Failed(why) => self.roll_back(status, flight, why),
-                }
-            }
-            InFlightPhase::RollingBack => {
-                let name = flight
-                    .rollback_run
-                    .clone()
-                    .unwrap_or_else(|| rollback_run_name(o.name, &version));
-                let Some(index) = flight.rollback_snapshot_index else {
-                    // The previous image goes back on the hub first; the rollback rolls the
-                    // snapshot the placement cuts of it.
-                    self.actions
-                        .push(Action::SetImage(flight.previous_image.clone()));
-                    let after = flight
-                        .snapshot_index
-                        .unwrap_or(flight.previous_snapshot_index);
-                    match o.snapshot_with_image.filter(|i| *i > after) {
-                        Some(index) => {
-                            flight.rollback_snapshot_index = Some(index);
-                            flight.rollback_run = Some(name.clone());
-                            self.rollback_run_actions(index, &name, flight.update_run.clone());
-                            self.rolling_back(status, &flight, &name);
-                        }
-                        None => self.condition(
-                            status,
-                            (
-                                UPDATING,
-                                TRUE,
-                                reason::ROLLING_BACK,
-                                format!(
-                                    "{} is back on the target; waiting for placement {} to snapshot it",
-                                    flight.previous_image, o.spec.placement_name
-                                ),
-                            ),
-                        ),
-                    }
-                    status.in_flight = Some(flight);
-                    return;
-                };
-                match &o.rollback_run {
-                    RunOutcome::Missing => {
-                        self.rollback_run_actions(index, &name, flight.update_run.clone());
-                        self.rolling_back(status, &flight, &name);
-                        status.in_flight = Some(flight);
-                    }
-                    RunOutcome::Running => {
-                        self.rolling_back(status, &flight, &name);
-                        status.in_flight = Some(flight);
-                    }
-                    RunOutcome::Succeeded | RunOutcome::Superseded => {
-                        status.in_flight = None;
+                    RunOutcome::Blocked(why) => {
+                        // A run that holds on a failed cluster (one made before its policy set
+                        // onFailure) is asked to fail and roll back like any other.
+                        self.actions.push(Action::RollBackRun(name.clone()));
                         self.condition(
                             status,
                             (
                                 UPDATING,
-                                FALSE,
-                                reason::IDLE,
+                                TRUE,
+                                reason::ROLLING_OUT,
                                 format!(
-                                    "{version} was rolled back to {}",
-                                    flight
-                                        .previous_version
-                                        .as_deref()
-                                        .unwrap_or("the previous image")
+                                    "UpdateRun {name} stopped at a failed cluster ({why}); asking it to roll back"
                                 ),
                             ),
                         );
+                        status.in_flight = Some(flight);
                     }
-                    RunOutcome::Failed(why) => {
+                    RunOutcome::Failed(why) => self.roll_back(status, flight, why),
+                }
+            }
+            InFlightPhase::RollingBack => {
+                // The previous image stays on the hub object, so the placement's next snapshot
+                // holds the known-good version again.
+                self.actions
+                    .push(Action::SetImage(flight.previous_image.clone()));
+                let failed = flight.update_run.clone().unwrap_or_default();
+                let Some(name) = flight.rollback_run.clone() else {
+                    status.in_flight = None;
+                    self.condition(
+                        status,
+                        (
+                            UPDATING,
+                            FALSE,
+                            reason::IDLE,
+                            format!(
+                                "{version} failed before UpdateRun {failed} updated any cluster: nothing to roll back; {} is back on the target",
+                                flight.previous_image
+                            ),
+                        ),
+                    );
+                    return;
+                };
+                match &o.rollback_run {
+                    RunOutcome::Running => {
+                        self.rolling_back(status, &flight, &name);
+                        status.in_flight = Some(flight);
+                    }
+                    RunOutcome::Succeeded | RunOutcome::Superseded | RunOutcome::Missing => {
+                        status.in_flight = None;
+                        let how = if o.rollback_run == RunOutcome::Missing {
+                            format!("UpdateRun {name} no longer exists; clusters keep what they run")
+                        } else {
+                            format!(
+                                "{version} was rolled back to {}",
+                                flight
+                                    .previous_version
+                                    .as_deref()
+                                    .unwrap_or("the previous image")
+                            )
+                        };
+                        self.condition(status, (UPDATING, FALSE, reason::IDLE, how));
+                    }
+                    RunOutcome::Failed(why) | RunOutcome::Blocked(why) => {
                         status.in_flight = None;
                         status.circuit_open = true;
                         let message = format!(
@@ -226,10 +219,8 @@ impl Stepper<'_, '_> {
                 TRUE,
                 reason::ROLLING_BACK,
                 format!(
-                    "UpdateRun {run} rolls {} back to {} (snapshot {})",
-                    flight.version,
-                    flight.previous_image,
-                    flight.rollback_snapshot_index.unwrap_or_default()
+                    "UpdateRun {run} rolls the clusters {} reached back to {}, newest first",
+                    flight.version, flight.previous_image,
                 ),
             ),
         );
@@ -261,20 +252,24 @@ impl Stepper<'_, '_> {
             ),
         );
         flight.phase = InFlightPhase::RollingBack;
+        flight.rollback_run = o.update_run_rollback.clone();
         self.actions
             .push(Action::SetImage(flight.previous_image.clone()));
-        self.condition(
-            status,
-            (
-                UPDATING,
-                TRUE,
-                reason::ROLLING_BACK,
-                format!(
-                    "{version} failed; putting {} back on the target",
-                    flight.previous_image
+        match &flight.rollback_run {
+            Some(run) => self.rolling_back(status, &flight, run),
+            None => self.condition(
+                status,
+                (
+                    UPDATING,
+                    TRUE,
+                    reason::ROLLING_BACK,
+                    format!(
+                        "{version} failed; putting {} back on the target",
+                        flight.previous_image
+                    ),
                 ),
             ),
-        );
+        }
         let max = o.spec.max_rollbacks.unwrap_or(DEFAULT_MAX_ROLLBACKS);
         self.note(
             true,
@@ -296,25 +291,5 @@ impl Stepper<'_, '_> {
             );
         }
         status.in_flight = Some(flight);
-    }
-
-    /// The rollback run of the failed run `of`: an UpdateRun with `spec.rollback` (so it updates
-    /// clusters whatever their health, and never rolls back itself).
-    fn rollback_run_actions(&mut self, index: i64, name: &str, of: Option<String>) {
-        let o = self.o;
-        let strategy = match &o.spec.rollback_strategy_name {
-            Some(s) => s.clone(),
-            None => {
-                let s = rollback_strategy_name(o.name);
-                self.actions.push(Action::EnsureRollbackStrategy(s.clone()));
-                s
-            }
-        };
-        self.actions.push(Action::EnsureRun {
-            name: name.to_string(),
-            snapshot_index: index,
-            strategy,
-            rollback_of: of,
-        });
     }
 }
