@@ -11,6 +11,7 @@ pub mod apply_strategy;
 pub mod approval;
 pub mod auto_update;
 pub mod binding;
+pub mod cluster_phase;
 pub mod concurrency;
 pub mod conditions;
 pub mod drift;

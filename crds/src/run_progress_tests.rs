@@ -3,7 +3,7 @@
 use super::*;
 use crate::approval::{ApprovalRequestSpec, ApprovalRequestStatus};
 use crate::strategy::StagedUpdateStrategySpec;
-use crate::update_run::{UpdateRunSpec, UpdateRunStatus};
+use crate::update_run::{CLUSTER_STARTED, UpdateRunSpec, UpdateRunStatus};
 
 fn at(s: &str) -> Time {
     Time(format!("2026-11-22T08:{s}Z").parse().unwrap())

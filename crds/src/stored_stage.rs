@@ -34,8 +34,8 @@ use kube::KubeSchema;
 use kube::core::{ListMerge, Rule};
 use serde::{Deserialize, Serialize};
 
+use crate::cluster_phase::{ClusterPhase, phase};
 use crate::conditions::{find, is_true};
-use crate::run_progress::{ClusterPhase, phase};
 use crate::update_run::{
     CLUSTER_SKIPPED, CLUSTER_STARTED, ClusterList, ClusterUpdatingStatus, REGRESSED, SUCCEEDED,
     StageTaskStatus, StageUpdatingStatus, reason,

@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use fleethub_crds::UpdateRun;
+use fleethub_crds::cluster_phase::{ClusterPhase, phase};
 use fleethub_crds::conditions::TRUE;
-use fleethub_crds::run_progress::{ClusterPhase, phase};
 use fleethub_crds::stored_stage::{PROGRESS_KEPT, started};
 use fleethub_crds::update_run::{
     ClusterUpdatingStatus, SUCCEEDED, StageUpdatingStatus, UpdateRunStatus, reason,

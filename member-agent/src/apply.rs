@@ -22,12 +22,12 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::apply_order::{OrderKey, apply_order};
+use crate::context::Context;
 use crate::drift::{self, Decision, Member};
 use crate::error::{describe as api_message, is_not_found};
 use crate::kind_resolver::ResolvedKind;
 use crate::manifest::{self, Decoration, ParsedManifest, describe, owned_by};
 use crate::member_objects::Cached;
-use crate::work_applier::Context;
 use crate::{Error, correction};
 
 /// What was applied for one manifest.

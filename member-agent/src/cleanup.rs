@@ -36,11 +36,11 @@ use serde_json::json;
 use crate::Error;
 use crate::apply::ManifestOutcome;
 use crate::apply_order::{OrderKey, delete_order};
+use crate::context::Context;
 use crate::error::is_not_found;
 use crate::last_written::Newest;
 use crate::manifest::{describe, owned_by};
 use crate::metrics::request;
-use crate::work_applier::Context;
 
 /// How long to wait before looking again at an AppliedWork being deleted (its deletion is also
 /// watched; this is only a safety net).

@@ -10,7 +10,7 @@ use kube::Resource;
 use kube::api::DynamicObject;
 use kube::runtime::events::{Event, EventType};
 
-use crate::work_applier::Context;
+use crate::context::Context;
 
 /// How many corrected fields a correction's note names.
 const NAMED_IN_NOTE: usize = 3;

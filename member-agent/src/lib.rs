@@ -18,6 +18,7 @@ pub mod apply;
 pub mod apply_order;
 pub mod availability;
 pub mod cleanup;
+pub mod context;
 pub mod correction;
 pub mod drift;
 pub use fleethub_runtime::clock;
@@ -169,7 +170,7 @@ impl Agent {
                         clock.clone(),
                         shutdown.clone(),
                     ));
-                    let ctx = Arc::new(work_applier::Context::new(
+                    let ctx = Arc::new(context::Context::new(
                         hub,
                         member,
                         fleethub_crds::names::member_namespace(&member_name),

@@ -26,9 +26,9 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::Error;
+use crate::context::Context;
 use crate::member_objects::WorkChanges;
 use crate::metrics::request;
-use crate::work_applier::Context;
 
 /// How often a Work's status is written while only its workloads' progress changes (the messages
 /// of conditions that keep their status and reason: "1/2 replicas ready"): the first such change

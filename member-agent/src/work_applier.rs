@@ -18,33 +18,28 @@
 //!
 //! How each manifest is applied (or skipped, or left differing) is in [`apply`].
 
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use fleethub_crds::Work;
-use fleethub_crds::applied_work::{AppliedWork, WORK_ANNOTATION, WORK_NAMESPACE_LABEL};
+use fleethub_crds::applied_work::{AppliedWork, WORK_NAMESPACE_LABEL};
 use fleethub_crds::apply_strategy::ApplyStrategy;
 use fleethub_crds::names::PLACEMENT_LABEL;
 use fleethub_crds::work::DEFAULT_HEALTH_TIMEOUT;
 use fleethub_runtime::Health;
-use fleethub_runtime::retry::{Backoff, ERROR_BACKOFF, FailureBackoff};
+use fleethub_runtime::retry::Backoff;
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::controller::{self, Action};
-use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::availability;
-use crate::clock::Clock;
-use crate::kind_resolver::KindResolver;
-use crate::last_written::LastWritten;
-use crate::member_objects::{Cached, MemberObjects};
-use crate::metrics::{Metrics, request};
-use crate::status_writes::{self, CONFLICT_RETRY, StatusWrites, Written};
+use crate::context::{Context, work_of};
+use crate::member_objects::Cached;
+use crate::metrics::request;
+use crate::status_writes::{self, CONFLICT_RETRY, Written};
 use crate::work_status::{self, ManifestReport, StatusInput};
 use crate::{Error, apply, cleanup, readiness};
 
@@ -58,105 +53,6 @@ use workload_pods::{with_pod_problems, with_restarts};
 /// a change made during a member outage waited up to minutes after the member returned (CI's
 /// resilience test timed out after 120 s).
 const APPLY_RETRY: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(60));
-
-/// Everything a Work reconcile needs.
-pub struct Context {
-    /// Client of the hub (Works).
-    pub hub: Client,
-    /// Client of the member cluster (everything applied).
-    pub member: Client,
-    /// The hub namespace of this member's Works.
-    pub namespace: String,
-    /// The time source.
-    pub clock: Arc<dyn Clock>,
-    /// Where applies and errors are counted.
-    pub metrics: Metrics,
-    /// The member's discovery, cached.
-    pub kinds: KindResolver,
-    /// How often every Work is applied again even if nothing changed, to correct drift.
-    pub resync_period: Duration,
-    /// Consecutive failures per Work, for retry backoff only (nothing is decided from it).
-    failures: FailureBackoff<String>,
-    /// The member's fleet-managed objects, watched per kind.
-    pub objects: Arc<MemberObjects>,
-    /// Changes of those objects, as their Works: taken by [`run`].
-    changes: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<ObjectRef<Work>>>>,
-    /// The controller's cache of this member's Works (set by [`run`]).
-    works: OnceLock<Store<Work>>,
-    /// What the agent's writes of Works (status, finalizer) returned, until the cache has them.
-    pub(crate) written_works: LastWritten<Work>,
-    /// The AppliedWorks of this namespace's Works, watched on the member.
-    pub(crate) applied_works: Store<AppliedWork>,
-    /// Fills [`Self::applied_works`]: taken by [`run`].
-    applied_works_writer: Mutex<Option<Writer<AppliedWork>>>,
-    /// What the agent's writes of AppliedWorks returned, until the cache has them.
-    pub(crate) written_applied_works: LastWritten<AppliedWork>,
-    /// Events on the member's objects (a drift corrected or left).
-    pub(crate) member_events: Recorder,
-    /// Events on the hub's Works.
-    pub(crate) hub_events: Recorder,
-    /// Stops the member object watches.
-    stop_watches: CancellationToken,
-    /// When each Work's status was last written (progress is written at most once per
-    /// [`crate::status_writes::PROGRESS_WRITE_INTERVAL`]).
-    status_writes: StatusWrites,
-}
-
-impl Context {
-    /// A context for the Works of the hub namespace `namespace`.
-    pub fn new(
-        hub: Client,
-        member: Client,
-        namespace: String,
-        clock: Arc<dyn Clock>,
-        metrics: Metrics,
-        resync_period: Duration,
-    ) -> Self {
-        let stop_watches = CancellationToken::new();
-        let ns = namespace.clone();
-        let (objects, changes) = MemberObjects::new(
-            member.clone(),
-            move |o| work_of(&o.metadata, &ns),
-            stop_watches.clone(),
-        );
-        let applied_works_writer = Writer::default();
-        let reporter = Reporter {
-            controller: "fleethub-member-agent".into(),
-            instance: Some(namespace.clone()),
-        };
-        Self {
-            kinds: KindResolver::new(member.clone()),
-            member_events: Recorder::new(member.clone(), reporter.clone()),
-            hub_events: Recorder::new(hub.clone(), reporter),
-            hub,
-            member,
-            namespace,
-            clock,
-            metrics,
-            resync_period,
-            failures: FailureBackoff::new(ERROR_BACKOFF),
-            objects,
-            changes: Mutex::new(Some(changes)),
-            works: OnceLock::new(),
-            written_works: LastWritten::default(),
-            applied_works: applied_works_writer.as_reader(),
-            applied_works_writer: Mutex::new(Some(applied_works_writer)),
-            written_applied_works: LastWritten::default(),
-            stop_watches,
-            status_writes: StatusWrites::default(),
-        }
-    }
-}
-
-/// The Work that applied object `meta` belongs to, if it is one of `namespace`'s.
-fn work_of(meta: &ObjectMeta, namespace: &str) -> Option<ObjectRef<Work>> {
-    let (ns, name) = meta
-        .annotations
-        .as_ref()?
-        .get(WORK_ANNOTATION)?
-        .split_once('/')?;
-    (ns == namespace).then(|| ObjectRef::new(name).within(ns))
-}
 
 /// Runs the Work controller until `shutdown`; marks readiness check
 /// [`readiness::WORKS_SYNCED`] once the Works have been listed.
@@ -560,7 +456,8 @@ async fn refreshed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use std::sync::Mutex;
 
     /// The controller as [`run`] configures it, over ConfigMaps: a reconcile takes 100 ms; a
     /// storm of events for the same object during it makes exactly one more reconcile, started
@@ -625,24 +522,5 @@ mod tests {
             [Duration::ZERO, Duration::from_millis(100)],
             "reconciles started at these offsets from the first event"
         );
-    }
-
-    #[test]
-    fn workload_events_map_to_their_work_in_this_namespace_only() {
-        let meta = |annotation: Option<&str>| ObjectMeta {
-            annotations: annotation
-                .map(|a| BTreeMap::from([(WORK_ANNOTATION.to_string(), a.to_string())])),
-            ..Default::default()
-        };
-        assert_eq!(
-            work_of(&meta(Some("fleet-member-a/web")), "fleet-member-a"),
-            Some(ObjectRef::new("web").within("fleet-member-a"))
-        );
-        assert_eq!(
-            work_of(&meta(Some("fleet-member-b/web")), "fleet-member-a"),
-            None
-        );
-        assert_eq!(work_of(&meta(Some("garbage")), "fleet-member-a"), None);
-        assert_eq!(work_of(&meta(None), "fleet-member-a"), None);
     }
 }

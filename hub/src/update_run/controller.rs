@@ -35,12 +35,15 @@ mod act;
 mod acting;
 mod asked;
 mod binding_views;
+mod context;
 mod observe;
 mod pace;
 mod plans;
 mod publisher;
 
 use act::act;
+pub use context::Context;
+use context::{Caches, Io, Pacing, RecentWrites};
 use observe::{look_up, observe, query};
 
 use super::plan::{
@@ -57,113 +60,6 @@ use fleethub_runtime::CACHE_WAIT;
 use fleethub_runtime::last_written::LastWritten;
 use fleethub_runtime::prometheus::{Auth, Prometheus};
 use fleethub_runtime::retry::{ERROR_BACKOFF, FailureBackoff};
-
-/// What the reconciler shares.
-pub struct Context {
-    client: Client,
-    metrics: Metrics,
-    clock: Arc<dyn Clock>,
-    /// Events go to a publisher task: a reconcile must not wait for one API call per event
-    /// (a stage of 50 clusters makes 100 of them) before the run can move again.
-    events: publisher::Sender,
-    runs: Store<UpdateRun>,
-    works: Store<Work>,
-    bindings: Store<Binding>,
-    approvals: Store<ApprovalRequest>,
-    members: Store<MemberCluster>,
-    placements: Store<Placement>,
-    /// Asks the metric gates' queries.
-    prometheus: Prometheus,
-    /// The hub's namespace's Secrets: the metric gates' credentials (`metricCheck.secretRef`),
-    /// read one by one (get only) when a check is made.
-    secrets: Api<Secret>,
-    /// Consecutive failed reconciles per run: retries back off from 1 s to 30 s.
-    errors: FailureBackoff<ObjectRef<UpdateRun>>,
-    /// Each run as this process' last status write returned it, until the cache of runs holds
-    /// that version or a newer one: the reconcile right after a write (the Works' reports
-    /// trigger one at once) plans on it instead of reading the run again (at 1,000 clusters a
-    /// run is over 100 KB, and those reads were a tenth of the run's requests). A freshness
-    /// hint, never a decision: a run planned on a stale copy is refused by the status write's
-    /// resourceVersion precondition. Writes of runs that are gone are dropped.
-    written: LastWritten<UpdateRun>,
-    /// Each Binding as this process' last bind of it returned it, until the cache of Bindings
-    /// holds that version or a newer one: a plan made right after a bind sees it (instead of
-    /// binding again, from a stale resourceVersion, into a conflict), and a bind a plan repeats
-    /// while an earlier plan's writes were in flight is skipped when already done.
-    bound: LastWritten<Binding>,
-    /// The planner's views of the Bindings of placements with an unfinished run, built again
-    /// only when their Binding changed ([`binding_views`]).
-    binding_views: binding_views::BindingViews,
-    /// Each run's plan writes, in the background and in order ([`acting`]).
-    acting: acting::Queues<Error>,
-    /// When each run may be planned next ([`pace`]).
-    pace: pace::Pace,
-    /// The ApprovalRequests created that the cache does not show yet ([`asked`]).
-    asked: asked::Asked,
-    /// The runs' UpdateRunPlans this process read or wrote ([`plans`]).
-    plans: plans::Plans,
-    /// Binding writes of one plan in flight at once (a stage starting many clusters together;
-    /// [`crate::CONCURRENT_CLUSTER_UPDATES`]). They run after the status, in the background: in
-    /// rounds before it, a 1,000-cluster run spent most of each reconcile binding (0.6–1.5 s)
-    /// while a member's report waited to be recorded.
-    bind_concurrency: usize,
-}
-
-impl Context {
-    /// The run to plan on: the newest of the cached one and our own last write of it; read
-    /// again when neither can be trusted.
-    async fn freshest(&self, cached: Arc<UpdateRun>) -> Result<Option<Arc<UpdateRun>>, Error> {
-        let name = cached.name_any();
-        let runs: Api<UpdateRun> = Api::all(self.client.clone());
-        self.written
-            .newest_or_read(&name, Some(cached), || runs.get_opt(&name))
-            .await
-            .map_err(Error::from)
-    }
-
-    /// Forgets the writes of runs no longer in the cache (deleted, even mid-rollout), and the
-    /// binds of Bindings no longer in the cache.
-    fn forget_deleted_runs(&self) {
-        let exists = |name: &str| self.runs.get(&ObjectRef::new(name)).is_some();
-        self.acting.prune(exists);
-        self.pace.retain(exists);
-        self.plans.retain(exists);
-        self.asked.forget_old();
-        let placements_in_runs: std::collections::HashSet<String> = self
-            .runs
-            .state()
-            .iter()
-            .filter(|r| !finished(r))
-            .map(|r| r.spec.placement_name.clone())
-            .collect();
-        self.binding_views
-            .retain(|placement| placements_in_runs.contains(placement));
-        if !self.written.is_empty() {
-            self.written.retain(|name, _| exists(name));
-        }
-        if !self.bound.is_empty() {
-            self.bound
-                .retain(|name, _| self.bindings.get(&ObjectRef::new(name)).is_some());
-        }
-    }
-
-    /// Whether every cache is complete, waiting for them together at most [`CACHE_WAIT`]:
-    /// right after a (re)start or a change of leader, a run initialized on a cache still being
-    /// filled would see clusters (or an earlier run) missing.
-    async fn caches_ready(&self) -> bool {
-        let caches = || async {
-            tokio::try_join!(
-                self.runs.wait_until_ready(),
-                self.members.wait_until_ready(),
-                self.bindings.wait_until_ready(),
-                self.works.wait_until_ready(),
-                self.approvals.wait_until_ready(),
-                self.placements.wait_until_ready()
-            )
-        };
-        fleethub_runtime::ready_within(CACHE_WAIT, caches).await
-    }
-}
 
 /// Runs the controller until `shutdown`.
 pub async fn run(
@@ -260,31 +156,39 @@ pub async fn run(
     // One publisher, so a run's events keep their order.
     let (events, publisher) = publisher::spawn(client.clone());
     let ctx = Arc::new(Context {
-        metrics: metrics.clone(),
-        events,
-        client,
-        clock,
-        runs,
-        works,
-        bindings,
-        approvals,
-        members,
-        placements,
-        prometheus,
-        secrets,
-        errors: FailureBackoff::new(ERROR_BACKOFF),
-        written: LastWritten::slimmed_by(fleethub_runtime::strip_managed_fields),
-        bound: LastWritten::slimmed_by(fleethub_runtime::strip_managed_fields),
-        binding_views: binding_views::BindingViews::default(),
-        acting: acting::Queues::new(retry),
-        pace: pace::Pace::default(),
-        asked: asked::Asked::default(),
-        plans: plans::Plans::default(),
-        bind_concurrency: usize::from(concurrency),
+        io: Io {
+            metrics: metrics.clone(),
+            events,
+            client,
+            clock,
+            prometheus,
+            secrets,
+        },
+        caches: Caches {
+            runs,
+            works,
+            bindings,
+            approvals,
+            members,
+            placements,
+            binding_views: binding_views::BindingViews::default(),
+            plans: plans::Plans::default(),
+        },
+        recent: RecentWrites {
+            written: LastWritten::slimmed_by(fleethub_runtime::strip_managed_fields),
+            bound: LastWritten::slimmed_by(fleethub_runtime::strip_managed_fields),
+            asked: asked::Asked::default(),
+        },
+        pacing: Pacing {
+            errors: FailureBackoff::new(ERROR_BACKOFF),
+            pace: pace::Pace::default(),
+            acting: acting::Queues::new(retry),
+            bind_concurrency: usize::from(concurrency),
+        },
     });
     let after_each = ctx.clone();
     let stopped = ctx.clone();
-    let plans_deleted = plans::deletions(ctx.client.clone(), ctx.clone());
+    let plans_deleted = plans::deletions(ctx.io.client.clone(), ctx.clone());
 
     controller
         .watches_stream(member_stream, waiting_for_member)
@@ -319,14 +223,14 @@ pub async fn run(
             |run, ctx| async move {
                 let key = ObjectRef::from_obj(run.as_ref());
                 let result = crate::error::bounded(reconcile(run, ctx.clone())).await;
-                ctx.errors.observe(&key, result)
+                ctx.pacing.errors.observe(&key, result)
             },
             error_policy,
             ctx,
         )
         .for_each(move |res| {
             metrics.observe("update-run", &res);
-            count_runs(&metrics, &after_each.runs);
+            count_runs(&metrics, &after_each.caches.runs);
             after_each.forget_deleted_runs();
             if let Err(e) = res {
                 tracing::debug!(error = %e, "update-run reconcile error");
@@ -335,7 +239,7 @@ pub async fn run(
         })
         .await;
     // Not leading any more (or stopping): the writes still queued are another process' now.
-    stopped.acting.abort_all();
+    stopped.pacing.acting.abort_all();
     publisher.abort();
 }
 
@@ -378,7 +282,7 @@ fn error_policy(run: Arc<UpdateRun>, error: &Error, ctx: Arc<Context>) -> Requeu
     let retry_in = if error.is_conflict() {
         Duration::from_secs(1)
     } else {
-        ctx.errors.failed(ObjectRef::from_obj(run.as_ref()))
+        ctx.pacing.errors.failed(ObjectRef::from_obj(run.as_ref()))
     };
     tracing::warn!(run = %run.name_any(), error = %error, ?retry_in, "reconciling UpdateRun failed; retrying");
     Requeue::requeue(retry_in)
@@ -388,28 +292,28 @@ fn error_policy(run: Arc<UpdateRun>, error: &Error, ctx: Arc<Context>) -> Requeu
 async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let name = cached.name_any();
     // Reports that arrive meanwhile are planned together.
-    ctx.pace.wait(&name).await;
+    ctx.pacing.pace.wait(&name).await;
     // Plan on the freshest run: the cache may lag our own last status write.
     let Some(run) = ctx.freshest(cached).await? else {
-        ctx.written.forget(&name);
+        ctx.recent.written.forget(&name);
         return Ok(Requeue::await_change());
     };
     if finished(&run) || run.metadata.deletion_timestamp.is_some() {
-        ctx.written.forget(&name);
+        ctx.recent.written.forget(&name);
         return Ok(Requeue::await_change());
     }
-    if let Some(e) = ctx.acting.take_failure(&name) {
+    if let Some(e) = ctx.pacing.acting.take_failure(&name) {
         // The last plan's writes failed in the background: fail as that reconcile would have
         // (the retry backs off); the next plan repeats what is missing.
         return Err(e);
     }
-    if !ctx.caches_ready().await {
+    if !ctx.caches.ready().await {
         tracing::info!("caches still listing after {CACHE_WAIT:?}; retrying");
         return Ok(Requeue::requeue(CACHE_WAIT));
     }
     let started = std::time::Instant::now();
     // The clusters of its large stages are in its UpdateRunPlan.
-    let (run, plan_lost) = match ctx.plans.read(&ctx.client, run).await? {
+    let (run, plan_lost) = match ctx.caches.plans.read(&ctx.io.client, run).await? {
         plans::WithPlan::Read(run) => (run, None),
         plans::WithPlan::Lost(run, why) => (run, Some(why)),
     };
@@ -447,7 +351,7 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
         plan = plan::plan_from(&observed, again);
         planning += replan_started.elapsed();
     }
-    ctx.pace.planned(&name, planning);
+    ctx.pacing.pace.planned(&name, planning);
     // The status first: a member's report is recorded without waiting for the plan's writes
     // (at 1,000 clusters, a stage's next Bindings took 0.2–1.5 s). A crash or a failed write
     // after it loses some of the actions, never the record: the next plan repeats what is
@@ -464,7 +368,7 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
     if !actions.is_empty() {
         // The next reports need not wait for these writes to be recorded (see [`acting`]).
         let (writer, run) = (ctx.clone(), run.clone());
-        ctx.acting.enqueue(&name, async move {
+        ctx.pacing.acting.enqueue(&name, async move {
             let started = std::time::Instant::now();
             act(&writer, &run, &actions).await?;
             tracing::debug!(run = %run.name_any(), actions = actions.len(), act_ms = started.elapsed().as_millis() as u64, "plan written");
@@ -538,9 +442,9 @@ async fn report(
         if status.uses_plan() && status.plan_ref.is_none() {
             // Initialized now: the order of its large stages' clusters is written once, before
             // the first status that counts on it.
-            status.plan_ref = Some(ctx.plans.write(&ctx.client, run, &status).await?);
+            status.plan_ref = Some(ctx.caches.plans.write(&ctx.io.client, run, &status).await?);
         }
-        let runs: Api<UpdateRun> = Api::all(ctx.client.clone());
+        let runs: Api<UpdateRun> = Api::all(ctx.io.client.clone());
         // The whole status, replaced (this controller is its only writer): an update, not an
         // apply, so the API server neither parses the body as YAML (kube sends applies as
         // `application/apply-patch+yaml`) nor merges it field by field, and this write is on
@@ -561,16 +465,16 @@ async fn report(
             ..PostParams::default()
         };
         match runs.replace_status(&name, &params, &body).await {
-            Ok(w) => ctx.written.record(&name, w),
+            Ok(w) => ctx.recent.written.record(&name, w),
             Err(e) => {
-                ctx.written.forget(&name);
+                ctx.recent.written.forget(&name);
                 if matches!(&e, kube::Error::Api(s) if s.code == 409) {
                     // The run was planned on a stale copy. The cache may stay stale for long (a
                     // watch re-listing from an overloaded API server): the next plan starts from
                     // the run as it is now, not from the same stale copy, conflict after
                     // conflict (at 10,000 members, 15 a second, each sending the whole status).
                     if let Ok(Some(current)) = runs.get_opt(&name).await {
-                        ctx.written.record(&name, current);
+                        ctx.recent.written.record(&name, current);
                     }
                 }
                 return Err(e.into());
@@ -589,14 +493,15 @@ async fn report(
             action: "Reconcile".to_string(),
             secondary: None,
         };
-        if let Err(err) = ctx.events.try_send((event, run.object_ref(&()))) {
+        if let Err(err) = ctx.io.events.try_send((event, run.object_ref(&()))) {
             tracing::debug!(error = %err, "event backlog full; event dropped");
         }
         tracing::info!(run = %name, reason = e.reason, "{}", e.message);
         match e.reason {
-            reason::CLUSTER_REGRESSED => ctx.metrics.cluster_regressions.inc(),
+            reason::CLUSTER_REGRESSED => ctx.io.metrics.cluster_regressions.inc(),
             reason::RUN_ROLLED_BACK => match e.cause {
                 Some(cause) => ctx
+                    .io
                     .metrics
                     .run_rollbacks
                     .get_or_create(&crate::metrics::RollbackLabels { cause })
@@ -606,9 +511,9 @@ async fn report(
             _ => 0,
         };
         let histogram = match e.reason {
-            reason::CLUSTER_SUCCEEDED => &ctx.metrics.cluster_update_seconds,
-            reason::STAGE_SUCCEEDED => &ctx.metrics.stage_seconds,
-            reason::APPROVAL_APPROVED => &ctx.metrics.approval_wait_seconds,
+            reason::CLUSTER_SUCCEEDED => &ctx.io.metrics.cluster_update_seconds,
+            reason::STAGE_SUCCEEDED => &ctx.io.metrics.stage_seconds,
+            reason::APPROVAL_APPROVED => &ctx.io.metrics.approval_wait_seconds,
             _ => continue,
         };
         if let Some(seconds) = e.seconds {

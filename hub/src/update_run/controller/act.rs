@@ -23,7 +23,7 @@ pub(super) async fn act(ctx: &Context, run: &UpdateRun, actions: &[Action]) -> R
         // Each write starts as soon as one in flight ends (no rounds waiting for the slowest).
         let writes: Vec<_> = binds.into_iter().map(|a| perform(ctx, run, a)).collect();
         futures::stream::iter(writes)
-            .buffer_unordered(ctx.bind_concurrency)
+            .buffer_unordered(ctx.pacing.bind_concurrency)
             .try_collect::<Vec<()>>()
             .await?;
     }
@@ -61,12 +61,12 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
             bind(ctx, &name, &spec, resource_version).await?;
         }
         Action::CreateApproval { name, stage } => {
-            let cached = ctx.approvals.get(&ObjectRef::new(name)).is_some();
-            if ctx.asked.recently(name, cached) {
+            let cached = ctx.caches.approvals.get(&ObjectRef::new(name)).is_some();
+            if ctx.recent.asked.recently(name, cached) {
                 // Created by an earlier plan; the cache has not shown it to this one yet.
                 return Ok(());
             }
-            let approvals: Api<ApprovalRequest> = Api::all(ctx.client.clone());
+            let approvals: Api<ApprovalRequest> = Api::all(ctx.io.client.clone());
             let mut request = ApprovalRequest::new(
                 name,
                 ApprovalRequestSpec {
@@ -84,17 +84,17 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
                 approvals.create(&PostParams::default(), &request).await,
                 EXISTS,
             )?;
-            ctx.asked.created(name);
+            ctx.recent.asked.created(name);
         }
         Action::AcceptApproval { name } => {
-            let approvals: Api<ApprovalRequest> = Api::all(ctx.client.clone());
+            let approvals: Api<ApprovalRequest> = Api::all(ctx.io.client.clone());
             let status = ApprovalRequestStatus {
                 conditions: vec![Condition {
                     type_: approval::APPROVAL_ACCEPTED.to_string(),
                     status: TRUE.to_string(),
                     reason: approval::ACCEPTED_REASON.to_string(),
                     message: format!("UpdateRun {run_name} accepted the approval and moves on"),
-                    last_transition_time: Time(ctx.clock.now()),
+                    last_transition_time: Time(ctx.io.clock.now()),
                     observed_generation: None,
                 }],
             };
@@ -104,7 +104,7 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
                 .await?;
         }
         Action::Unbind { cluster } => {
-            let bindings: Api<Binding> = Api::all(ctx.client.clone());
+            let bindings: Api<Binding> = Api::all(ctx.io.client.clone());
             let name = names::binding_name(placement, cluster);
             ok_if(bindings.delete(&name, &Default::default()).await, GONE)?;
         }
@@ -131,7 +131,7 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
                 names::ROLLBACK_OF_LABEL.to_string(),
                 run_name.clone(),
             )]));
-            let runs: Api<UpdateRun> = Api::all(ctx.client.clone());
+            let runs: Api<UpdateRun> = Api::all(ctx.io.client.clone());
             ok_if(runs.create(&PostParams::default(), &body).await, EXISTS)?;
         }
     }
@@ -149,7 +149,7 @@ async fn bind(
     spec: &BindingSpec,
     resource_version: &str,
 ) -> Result<(), Error> {
-    let bindings: Api<Binding> = Api::all(ctx.client.clone());
+    let bindings: Api<Binding> = Api::all(ctx.io.client.clone());
     let spec_json = run_fields(spec);
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.to_string()),
@@ -163,7 +163,7 @@ async fn bind(
         });
         match bindings.patch(name, &params, &Patch::Merge(&body)).await {
             Ok(bound) => {
-                ctx.bound.record(name, bound);
+                ctx.recent.bound.record(name, bound);
                 return Ok(());
             }
             Err(kube::Error::Api(s)) if s.code == GONE => return Ok(()),
@@ -185,8 +185,8 @@ async fn bind(
 /// Whether the newest copy of Binding `name` this process knows (the cache's, or the answer to
 /// its own last bind) already carries everything `spec` sets.
 fn already_bound(ctx: &Context, name: &str, spec: &BindingSpec) -> bool {
-    let cached = ctx.bindings.get(&ObjectRef::new(name));
-    let Newest::Object(binding) = ctx.bound.newest(name, cached) else {
+    let cached = ctx.caches.bindings.get(&ObjectRef::new(name));
+    let Newest::Object(binding) = ctx.recent.bound.newest(name, cached) else {
         return false;
     };
     binding.metadata.deletion_timestamp.is_none() && run_fields(&binding.spec) == run_fields(spec)

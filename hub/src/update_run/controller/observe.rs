@@ -27,14 +27,15 @@ fn initialized(status: Option<&UpdateRunStatus>) -> bool {
 pub(super) async fn look_up(ctx: &Context, run: &UpdateRun) -> Result<Lookups, Error> {
     let initialized = initialized(run.status.as_ref());
     let placement_name = &run.spec.placement_name;
-    let placements: Api<Placement> = Api::all(ctx.client.clone());
+    let placements: Api<Placement> = Api::all(ctx.io.client.clone());
     if initialized {
         // The cache says whether the placement is still there; a cache that says it is gone is
         // asked again (it may lag a re-created placement), a deleted placement is never assumed.
         let gone =
             |p: Option<&Placement>| p.is_none_or(|p| p.metadata.deletion_timestamp.is_some());
         let mut placement_deleted = gone(
-            ctx.placements
+            ctx.caches
+                .placements
                 .get(&ObjectRef::new(placement_name))
                 .as_deref(),
         );
@@ -49,8 +50,8 @@ pub(super) async fn look_up(ctx: &Context, run: &UpdateRun) -> Result<Lookups, E
             override_snapshots: OverrideSnapshots::default(),
         });
     }
-    let strategies: Api<StagedUpdateStrategy> = Api::all(ctx.client.clone());
-    let snapshots: Api<ResourceSnapshot> = Api::all(ctx.client.clone());
+    let strategies: Api<StagedUpdateStrategy> = Api::all(ctx.io.client.clone());
+    let snapshots: Api<ResourceSnapshot> = Api::all(ctx.io.client.clone());
     let placement = placements.get_opt(placement_name).await?;
     let index = match run.snapshot_index() {
         Some(parsed) => parsed.ok(), // the planner refuses an unreadable index itself
@@ -91,13 +92,13 @@ async fn newest_override_snapshots(
     let allows = |p: &Option<fleethub_crds::overrides::PlacementRef>| {
         p.as_ref().is_none_or(|p| p.name == placement)
     };
-    let cluster = Api::<ClusterResourceOverrideSnapshot>::all(ctx.client.clone())
+    let cluster = Api::<ClusterResourceOverrideSnapshot>::all(ctx.io.client.clone())
         .list(&Default::default())
         .await?
         .items
         .into_iter()
         .filter(|s| allows(&s.spec.override_spec.placement));
-    let namespaced = Api::<ResourceOverrideSnapshot>::all(ctx.client.clone())
+    let namespaced = Api::<ResourceOverrideSnapshot>::all(ctx.io.client.clone())
         .list(&Default::default())
         .await?
         .items
@@ -110,7 +111,7 @@ async fn newest_override_snapshots(
 pub(super) async fn fresh_cluster_labels(
     ctx: &Context,
 ) -> Result<BTreeMap<String, BTreeMap<String, String>>, Error> {
-    let members = Api::<MemberCluster>::all(ctx.client.clone())
+    let members = Api::<MemberCluster>::all(ctx.io.client.clone())
         .list_metadata(&Default::default())
         .await?;
     Ok(members
@@ -131,6 +132,7 @@ pub(super) fn observe<'a>(
     let placement = &run.spec.placement_name;
     let name = run.name_any();
     let newest: Vec<Arc<Binding>> = ctx
+        .caches
         .bindings
         .state()
         .into_iter()
@@ -138,7 +140,7 @@ pub(super) fn observe<'a>(
         // A bind this process made that the cache does not show yet.
         .map(|b| {
             let name = b.metadata.name.as_deref().unwrap_or_default();
-            match ctx.bound.newest(name, Some(b.clone())) {
+            match ctx.recent.bound.newest(name, Some(b.clone())) {
                 Newest::Object(newest) => newest,
                 Newest::Absent | Newest::Unknown => b,
             }
@@ -146,6 +148,7 @@ pub(super) fn observe<'a>(
         .filter(|b| b.metadata.deletion_timestamp.is_none())
         .collect();
     let bindings = ctx
+        .caches
         .binding_views
         .of(placement, newest.iter().map(|b| b.as_ref()));
     // After initialization the planner reads the Works and the members' health only of the
@@ -157,7 +160,7 @@ pub(super) fn observe<'a>(
     // Only the members the run concerns, looked up by name: a reconcile copied every member's
     // labels, and at 10,000 members with 100 runs reconciling at once those copies held over a
     // GiB.
-    let member = |c: &str| ctx.members.get(&ObjectRef::new(c));
+    let member = |c: &str| ctx.caches.members.get(&ObjectRef::new(c));
     let members: Vec<_> = match &open {
         Some(open) => open.iter().filter_map(|c| member(c)).collect(),
         None => concerned_clusters(status, &bindings)
@@ -202,6 +205,7 @@ pub(super) fn observe<'a>(
             .collect(),
         bindings,
         works: ctx
+            .caches
             .works
             .state()
             .iter()
@@ -215,6 +219,7 @@ pub(super) fn observe<'a>(
             })
             .collect(),
         approvals: ctx
+            .caches
             .approvals
             .state()
             .iter()
@@ -222,6 +227,7 @@ pub(super) fn observe<'a>(
             .map(|a| (a.name_any(), ApprovalView::from_request(a)))
             .collect(),
         siblings: ctx
+            .caches
             .runs
             .state()
             .iter()
@@ -229,7 +235,7 @@ pub(super) fn observe<'a>(
             .map(|r| SiblingRun::of(r))
             .collect(),
         metric_results: BTreeMap::new(),
-        now: ctx.clock.now(),
+        now: ctx.io.clock.now(),
     }
 }
 
@@ -302,9 +308,9 @@ pub(super) async fn query(
 ) -> BTreeMap<MetricKey, QueryOutcome> {
     let asks = queries.iter().map(|q| async move {
         let outcome = match &q.secret {
-            None => ctx.prometheus.query(&q.url, &q.query).await,
-            Some(name) => match credentials(&ctx.secrets, name).await {
-                Ok(auth) => ctx.prometheus.query_with(&q.url, &q.query, Some(&auth)).await,
+            None => ctx.io.prometheus.query(&q.url, &q.query).await,
+            Some(name) => match credentials(&ctx.io.secrets, name).await {
+                Ok(auth) => ctx.io.prometheus.query_with(&q.url, &q.query, Some(&auth)).await,
                 Err(e) => QueryOutcome::Error(e),
             },
         };
@@ -316,7 +322,7 @@ pub(super) async fn query(
                 "error"
             }
         };
-        ctx.metrics.count_metric_check(result);
+        ctx.io.metrics.count_metric_check(result);
         (q.key.clone(), outcome)
     });
     futures::future::join_all(asks).await.into_iter().collect()

@@ -129,8 +129,8 @@ impl Plans {
 }
 
 /// The runs whose UpdateRunPlan was deleted (watched by metadata), each forgotten by
-/// `ctx.plans` before its run is reconciled: the run then finds its plan lost, as a restarted
-/// hub would, instead of going on from this process' copy.
+/// `ctx.caches.plans` before its run is reconciled: the run then finds its plan lost, as a
+/// restarted hub would, instead of going on from this process' copy.
 pub(super) fn deletions(
     client: Client,
     ctx: Arc<Context>,
@@ -142,7 +142,7 @@ pub(super) fn deletions(
         let run = match event {
             Ok(watcher::Event::Delete(plan)) => {
                 let name = plan.name_any();
-                ctx.plans.forget(&name);
+                ctx.caches.plans.forget(&name);
                 Some(ObjectRef::new(&name))
             }
             _ => None,
