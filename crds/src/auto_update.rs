@@ -59,6 +59,8 @@ pub mod reason {
     pub const ROLLING_BACK: &str = "RollingBack";
     /// Updating=False: another change of the placement is rolling; the policy waits for it.
     pub const WAITING_FOR_PLACEMENT: &str = "WaitingForPlacement";
+    /// Updating=False: a Freeze holds the placement; a newer version waits until it lifts.
+    pub const FROZEN: &str = "Frozen";
     /// CircuitOpen=False.
     pub const CIRCUIT_CLOSED: &str = "CircuitClosed";
     /// CircuitOpen=True: maxRollbacks consecutive rollbacks.

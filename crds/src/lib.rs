@@ -5,6 +5,7 @@
 // the repeated key as a duplicated attribute.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod admission_policy;
 pub mod applied_work;
 pub mod apply;
 pub mod apply_strategy;
@@ -17,6 +18,7 @@ pub mod conditions;
 pub mod drift;
 pub mod duration;
 pub mod field_manager;
+pub mod freeze;
 pub mod member_cluster;
 pub mod metric_check;
 pub mod names;
@@ -41,6 +43,7 @@ use kube::CustomResourceExt;
 pub use approval::ApprovalRequest;
 pub use auto_update::AutoUpdatePolicy;
 pub use binding::Binding;
+pub use freeze::Freeze;
 pub use member_cluster::MemberCluster;
 pub use phased_rollout::PhasedRollout;
 pub use placement::Placement;
@@ -68,6 +71,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         UpdateRunPlan::crd(),
         ApprovalRequest::crd(),
         AutoUpdatePolicy::crd(),
+        Freeze::crd(),
         PhasedRollout::crd(),
         overrides::ClusterResourceOverride::crd(),
         overrides::ResourceOverride::crd(),

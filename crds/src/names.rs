@@ -25,6 +25,9 @@ pub const CLUSTER_LABEL: &str = "fleethub.dev/cluster";
 pub const UPDATE_RUN_LABEL: &str = "fleethub.dev/update-run";
 /// Label on a rollback UpdateRun: the failed run it rolls back (`onFailure: Rollback`).
 pub const ROLLBACK_OF_LABEL: &str = "fleethub.dev/rollback-of";
+/// Annotation on an UpdateRun: the user who created it, as the API server authenticated them
+/// (ValidatingAdmissionPolicy `fleethub-run-starter` refuses any other name, and any change).
+pub const STARTED_BY_ANNOTATION: &str = "fleethub.dev/started-by";
 /// Label on an ApprovalRequest: the stage it gates.
 pub const STAGE_LABEL: &str = "fleethub.dev/stage";
 /// Label (on a member cluster's pods) that the local fleet's kwok stages read: pods carrying

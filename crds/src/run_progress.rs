@@ -82,7 +82,7 @@ impl RunPhase {
             Some(reason::CLUSTER_FAILED | reason::WAITING_FOR_MEMBER) => RunPhase::Blocked,
             Some(reason::CLUSTER_REGRESSED) => RunPhase::Held,
             Some(reason::BAKING) => RunPhase::Baking,
-            Some(reason::WAITING) => RunPhase::Waiting,
+            Some(reason::WAITING | reason::OUTSIDE_WINDOW | reason::FROZEN) => RunPhase::Waiting,
             Some(reason::NOT_STARTED) => RunPhase::Planned,
             Some(reason::WAITING_FOR_PREVIOUS_RUN) => RunPhase::Queued,
             _ if run.spec.state == Some(UpdateRunState::Stop) => RunPhase::Stopping,

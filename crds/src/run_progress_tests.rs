@@ -196,10 +196,12 @@ fn request(approved_message: Option<&str>) -> ApprovalRequest {
         ApprovalRequestSpec {
             parent_stage_rollout: "r1".into(),
             target_stage: "canary".into(),
+            ..Default::default()
         },
     );
     r.status = approved_message.map(|m| ApprovalRequestStatus {
         conditions: vec![cond(approval::APPROVED, TRUE, "Approved", m, "04:00")],
+        ..Default::default()
     });
     r
 }

@@ -61,6 +61,38 @@ pub struct StagedUpdateStrategySpec {
     )]
     #[x_kube(validation = Rule::new("duration(self) > duration('0s') && duration(self) <= duration('168h')").message("bake must be longer than 0s and at most 168h (a week)"))]
     pub bake: Option<String>,
+    /// When any stage of a run of this strategy may start, beside each stage's own: a stage
+    /// starts only inside one of these windows (unset: at any time).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub allowed_windows: Vec<TimeWindow>,
+    /// When no stage of a run of this strategy may start (a stage reached meanwhile waits for
+    /// the window's end), beside each stage's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub blocked_windows: Vec<TimeWindow>,
+}
+
+/// A recurring stretch of time: it opens at each firing of `schedule` and lasts `duration`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TimeWindow {
+    /// When it opens, as a cron expression: 5 fields (minute hour day-of-month month
+    /// day-of-week), e.g. `0 9 * * 1-5` for 09:00 on weekdays, or 6 with seconds first. An
+    /// expression that does not parse fails the run at initialization, naming it.
+    #[schemars(length(min = 9, max = 100), regex(pattern = r"^\S+(\s+\S+){4,5}$"))]
+    pub schedule: String,
+    /// How long each opening lasts, e.g. `8h`; at most 168h (a week).
+    #[schemars(
+        length(min = 2, max = 20),
+        regex(pattern = crate::duration::DURATION_PATTERN)
+    )]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s') && duration(self) <= duration('168h')").message("duration must be longer than 0s and at most 168h (a week)"))]
+    pub duration: String,
+    /// The IANA time zone `schedule` is read in, e.g. `Europe/Berlin` (default UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub time_zone: Option<String>,
 }
 
 /// What a run does when it fails.
@@ -137,6 +169,17 @@ pub struct StageConfig {
     /// recorded and counts neither way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub analysis: Option<StageAnalysis>,
+    /// When the stage may start (after its before-stage tasks): only inside one of these
+    /// windows (unset: at any time). A run that reaches the stage outside them waits, naming the
+    /// next opening.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub allowed_windows: Vec<TimeWindow>,
+    /// When the stage may not start: a run that reaches it inside one of these windows waits
+    /// for its end.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub blocked_windows: Vec<TimeWindow>,
 }
 
 /// A stage's background analysis.
@@ -172,6 +215,7 @@ pub enum StageTaskType {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.type == 'TimedWait' ? has(self.waitTime) : !has(self.waitTime)").message("waitTime is required for a TimedWait task and forbidden for an Approval task or a MetricCheck task"))]
 #[x_kube(validation = Rule::new("self.type == 'MetricCheck' ? has(self.metricCheck) : !has(self.metricCheck)").message("metricCheck is required for a MetricCheck task and forbidden for other task types"))]
+#[x_kube(validation = Rule::new("self.type == 'Approval' || !has(self.approvalPolicy)").message("approvalPolicy is allowed only on an Approval task"))]
 pub struct StageTask {
     /// `TimedWait`, `Approval` or `MetricCheck`.
     #[serde(rename = "type")]
@@ -187,6 +231,10 @@ pub struct StageTask {
     /// For MetricCheck: the Prometheus query and how often it must pass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metric_check: Option<MetricCheck>,
+    /// For Approval: who may approve and how many must (unset: one approval by anyone the
+    /// hub's RBAC lets update the request's status, as `kubectl patch … --subresource=status`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_policy: Option<crate::approval::ApprovalPolicy>,
 }
 
 /// A Prometheus query gating a stage, with alerting semantics: a query that returns data

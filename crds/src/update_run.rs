@@ -64,6 +64,12 @@ pub mod reason {
     pub const STARTED: &str = "UpdateRunStarted";
     /// Progressing=False: an after-stage task waits.
     pub const WAITING: &str = "UpdateRunWaiting";
+    /// Progressing=False: the next stage may not start yet (outside its allowed windows, or
+    /// inside a blocked one); the message names the window and the next opening.
+    pub const OUTSIDE_WINDOW: &str = "OutsideWindow";
+    /// Progressing=False: a Freeze holds the run's placement; nothing new starts until it
+    /// lifts (the message names it, who made it and why).
+    pub const FROZEN: &str = "Frozen";
     /// Progressing=False: `spec.state` is Stop.
     pub const STOPPED: &str = "UpdateRunStopped";
     /// Progressing=True: `spec.state` is Stop; clusters already updating finish first.

@@ -454,8 +454,9 @@ pub async fn approval(client: &Client, name: &str) -> Result<ApprovalRequest, Er
         })
 }
 
-/// Approves ApprovalRequest `name` as `user`: exactly the status change `kubectl patch
-/// approvalrequest … --subresource=status` with `Approved=True` makes.
+/// Approves ApprovalRequest `name` as `user`: their own entry in `status.approvals` (and
+/// `Approved=True` once the gate opens), the same change `kubectl fleet approve` makes. The API
+/// server checks `user` is the signed-in person and the gate's policy allows them.
 pub async fn approve(
     client: &Client,
     user: &str,
@@ -463,16 +464,22 @@ pub async fn approve(
     message: &str,
 ) -> Result<ApprovalRequest, Error> {
     let api = Api::<ApprovalRequest>::all(client.clone());
-    let patch = approval::approve_patch(user, message, jiff::Timestamp::now());
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|e| {
-            Error::from_kube(
-                e,
-                &format!("approve {name}"),
-                &format!("ApprovalRequest {name}"),
-            )
-        })
+    let failed = |e| {
+        Error::from_kube(
+            e,
+            &format!("approve {name}"),
+            &format!("ApprovalRequest {name}"),
+        )
+    };
+    let request = api.get(name).await.map_err(failed)?;
+    let (manager, body) = approval::approval_apply(&request, user, message, jiff::Timestamp::now());
+    api.patch_status(
+        name,
+        &PatchParams::apply(&manager).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map_err(failed)
 }
 
 /// Stops (`Stop`) or resumes (`Run`) run `name`.
@@ -500,9 +507,11 @@ pub async fn set_run_state(
         })
 }
 
-/// Creates a run of `placement` to snapshot `index` with `strategy`; returns its name.
+/// Creates a run of `placement` to snapshot `index` with `strategy`, started by `user`;
+/// returns its name.
 pub async fn create_run(
     client: &Client,
+    user: &str,
     placement: &str,
     index: i64,
     strategy: &str,
@@ -526,7 +535,7 @@ pub async fn create_run(
         prefix.trim_end_matches('-'),
         &super::session::random_hex(3)
     );
-    let run = UpdateRun::new(
+    let mut run = UpdateRun::new(
         &name,
         UpdateRunSpec {
             placement_name: placement.to_string(),
@@ -534,6 +543,15 @@ pub async fn create_run(
             staged_rollout_strategy_name: strategy.to_string(),
             ..Default::default()
         },
+    );
+    // Who started it (the API server refuses any other name): its gates' approval policies
+    // keep that person from approving them alone.
+    run.metadata.annotations = Some(
+        [(
+            fleethub_crds::names::STARTED_BY_ANNOTATION.to_string(),
+            user.to_string(),
+        )]
+        .into(),
     );
     Api::<UpdateRun>::all(client.clone())
         .create(

@@ -396,7 +396,7 @@ async fn start_run(Extension(s): Extension<Session>, Form(f): Form<StartRunForm>
         let index: i64 = f.index.trim().parse().map_err(|_| {
             Error::BadInput(format!("Snapshot index {:?} is not a number.", f.index))
         })?;
-        hub::create_run(&s.client, &f.placement, index, &f.strategy).await
+        hub::create_run(&s.client, &s.user, &f.placement, index, &f.strategy).await
     }
     .await;
     match result {

@@ -369,6 +369,7 @@ fn a_run_waiting_for_approval_shows_the_gate_as_pending_and_names_failures() {
         fleethub_crds::approval::ApprovalRequestSpec {
             parent_stage_rollout: "r1".into(),
             target_stage: "canary".into(),
+            ..Default::default()
         },
     );
     let view = super::run(&run, std::slice::from_ref(&ar), &RunQuery::default());
@@ -401,6 +402,7 @@ fn a_run_waiting_for_approval_shows_the_gate_as_pending_and_names_failures() {
             "Approved",
             "approved by alice: lgtm",
         )],
+        ..Default::default()
     });
     let view = super::run(&run, &[approved.clone()], &RunQuery::default());
     match &view.stages[0].tasks[0] {

@@ -8,6 +8,7 @@ mod cluster;
 mod complete;
 mod drift;
 mod error;
+mod freeze;
 mod join;
 mod manifests;
 mod render;
@@ -151,6 +152,31 @@ enum Command {
         #[arg(short, long, default_value = "")]
         message: String,
     },
+    /// Freeze changes: until --until (or until unfrozen), no run of the placements named by
+    /// --placement (every placement without it) starts a cluster or a stage, and no
+    /// AutoUpdatePolicy applies a new version; clusters already updating finish.
+    Freeze {
+        /// Why (shown on every run it holds and on the dashboard).
+        #[arg(long)]
+        reason: String,
+        /// When it lifts by itself, e.g. 2026-12-01T08:00:00Z.
+        #[arg(long)]
+        until: Option<String>,
+        /// A placement it holds (repeatable); none: the whole fleet.
+        #[arg(long = "placement")]
+        placements: Vec<String>,
+        /// The freeze's name.
+        #[arg(long, default_value = freeze::DEFAULT_NAME)]
+        name: String,
+    },
+    /// Lift a freeze: the runs and auto-updates it held go on.
+    Unfreeze {
+        /// The freeze's name.
+        #[arg(default_value = freeze::DEFAULT_NAME)]
+        name: String,
+    },
+    /// List the freezes: which hold now, until when, by whom and why.
+    Freezes,
     /// List every member object that differs from the hub's (drifted and left so, diffed under
     /// ReportDiff, not taken over): cluster, placement, object, field, the member's and the
     /// hub's values, since when.
@@ -356,6 +382,23 @@ async fn execute(cli: Cli) -> Result<()> {
             ref request,
             ref message,
         } => runs::approve(&hub(None).await?, request, message).await,
+        Command::Freeze {
+            ref reason,
+            ref until,
+            ref placements,
+            ref name,
+        } => {
+            freeze::freeze(
+                &hub(None).await?,
+                name,
+                reason,
+                until.as_deref(),
+                placements,
+            )
+            .await
+        }
+        Command::Unfreeze { ref name } => freeze::unfreeze(&hub(None).await?, name).await,
+        Command::Freezes => freeze::freezes(&hub(None).await?).await,
         Command::Drift {
             ref placement,
             corrections,

@@ -167,7 +167,7 @@ fn stage_label(name: &str) -> &str {
 
 /// Whether the request has been approved by a person.
 pub fn is_approved(request: &ApprovalRequest) -> bool {
-    Approval::of(request).is_some()
+    request.is_approved()
 }
 
 /// `kubectl fleet approvals`: the requests, pending ones first.
@@ -180,9 +180,20 @@ pub fn approvals_table(requests: &[ApprovalRequest], now: Timestamp) -> String {
     let rows: Vec<Vec<String>> = requests
         .iter()
         .map(|r| {
-            let state = match Approval::of(r) {
-                Some(a) => a.message,
-                None => format!("pending: kubectl fleet approve {}", r.name_any()),
+            let state = match (Approval::of(r), &r.spec.policy) {
+                (Some(a), None) => a.message,
+                (_, Some(policy)) => {
+                    let who = r.approvers();
+                    let mut state = format!("{} of {} approvals", who.len(), policy.needed());
+                    if !who.is_empty() {
+                        state.push_str(&format!(" ({})", who.join(", ")));
+                    }
+                    if !r.is_approved() {
+                        state.push_str(&format!("; kubectl fleet approve {}", r.name_any()));
+                    }
+                    state
+                }
+                (None, None) => format!("pending: kubectl fleet approve {}", r.name_any()),
             };
             vec![
                 r.name_any(),

@@ -179,6 +179,7 @@ fn an_approved_gate_names_who_approved_and_when() {
         ApprovalRequestSpec {
             parent_stage_rollout: "r1".into(),
             target_stage: "canary".into(),
+            ..Default::default()
         },
     );
     let patch = fleethub_crds::approval::approve_patch(
@@ -299,6 +300,7 @@ fn approvals_table_lists_pending_first_with_the_command() {
         ApprovalRequestSpec {
             parent_stage_rollout: "r1".into(),
             target_stage: "canary".into(),
+            ..Default::default()
         },
     );
     let mut done = ApprovalRequest::new(
@@ -306,6 +308,7 @@ fn approvals_table_lists_pending_first_with_the_command() {
         ApprovalRequestSpec {
             parent_stage_rollout: "r0".into(),
             target_stage: "canary".into(),
+            ..Default::default()
         },
     );
     let patch = fleethub_crds::approval::approve_patch("bob", "", t(NOW));

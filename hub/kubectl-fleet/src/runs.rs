@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 
-use fleethub_crds::approval::approve_patch;
+use fleethub_crds::approval::approval_apply;
 use fleethub_crds::conditions::is_true;
 use fleethub_crds::names::UPDATE_RUN_LABEL;
 use fleethub_crds::update_run::SUCCEEDED;
@@ -247,8 +247,8 @@ pub async fn approvals(hub: &Cluster, all: bool) -> Result<()> {
     Ok(())
 }
 
-/// `kubectl fleet approve <request> [--message]`: the same status patch as the dashboard and
-/// `kubectl patch … --subresource=status` (see [`approve_patch`]).
+/// `kubectl fleet approve <request> [--message]`: the person's own approval, the same change as
+/// the dashboard's (see [`approval_apply`]).
 pub async fn approve(hub: &Cluster, name: &str, message: &str) -> Result<()> {
     let api: Api<ApprovalRequest> = Api::all(hub.client.clone());
     let request = api
@@ -303,11 +303,34 @@ pub async fn approve(hub: &Cluster, name: &str, message: &str) -> Result<()> {
         ))
     })?;
     let approver = whoami(hub).await;
-    let patch = approve_patch(&approver, message, jiff::Timestamp::now());
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+    if request.approvers().contains(&approver.as_str()) {
+        return Err(Error::Refused(format!(
+            "you ({approver}) have already approved approvalrequest {name}; it waits for {} more",
+            request
+                .spec
+                .policy
+                .as_ref()
+                .map_or(1, |p| p.needed())
+                .saturating_sub(request.approvers().len())
+        )));
+    }
+    let (manager, body) = approval_apply(&request, &approver, message, jiff::Timestamp::now());
+    let approved = api
+        .patch_status(
+            name,
+            &PatchParams::apply(&manager).force(),
+            &Patch::Apply(&body),
+        )
         .await
         .map_err(Error::api(format!("approving ApprovalRequest {name}")))?;
-    println!("approved by {approver}: {gate} (approvalrequest {name})");
+    match &approved.spec.policy {
+        Some(policy) if !approved.is_approved() => println!(
+            "approved by {approver}: {} of {} approvals; {gate} once the gate has them all (approvalrequest {name})",
+            approved.approvers().len(),
+            policy.needed()
+        ),
+        _ => println!("approved by {approver}: {gate} (approvalrequest {name})"),
+    }
     Ok(())
 }
 

@@ -154,6 +154,15 @@ async fn create(hub: &Cluster, o: &StartOptions) -> Result<UpdateRun> {
             ..Default::default()
         },
     );
+    // Who started it (the API server refuses any other name): its gates' approval policies
+    // keep that person from approving them alone.
+    run.metadata.annotations = Some(
+        [(
+            fleethub_crds::names::STARTED_BY_ANNOTATION.to_string(),
+            crate::cluster::whoami(hub).await,
+        )]
+        .into(),
+    );
     if o.name.is_none() {
         // The API server appends 5 random characters; run names stay DNS labels of at most 63
         // characters (ApprovalRequests are named <run>-<stage>).

@@ -17,9 +17,7 @@ use fleethub_crds::field_manager::AUTO_UPDATE as FIELD_MANAGER;
 use fleethub_crds::placement::RolloutStrategyType;
 use fleethub_crds::run_progress::RunPhase;
 use fleethub_crds::strategy::OnFailure;
-use fleethub_crds::update_run::{
-    PROGRESSING, SUCCEEDED, UpdateRunSpec, reason as run_reason,
-};
+use fleethub_crds::update_run::{PROGRESSING, SUCCEEDED, UpdateRunSpec, reason as run_reason};
 use fleethub_crds::work::AVAILABLE;
 use fleethub_crds::{Placement, ResourceSnapshot, UpdateRun, names};
 use futures::StreamExt;
@@ -53,6 +51,7 @@ pub struct Context {
     recorder: Recorder,
     registry: RegistryClient,
     runs: Store<UpdateRun>,
+    freezes: Store<fleethub_crds::Freeze>,
     /// The hub's own namespace: registry credentials (`spec.secretRef`) are read from here.
     hub_namespace: String,
     errors: FailureBackoff<ObjectRef<AutoUpdatePolicy>>,
@@ -74,6 +73,12 @@ pub async fn run(
     let controller = fleethub_runtime::controller_for(Api::<AutoUpdatePolicy>::all(client.clone()));
     let policies = controller.store();
     let placement_stream = fleethub_runtime::watch_stream(Api::<Placement>::all(client.clone()));
+    let (freezes, freezes_writer) = kube::runtime::reflector::store::<fleethub_crds::Freeze>();
+    let freeze_stream = fleethub_runtime::reflected_stream(
+        Api::<fleethub_crds::Freeze>::all(client.clone()),
+        freezes_writer,
+    );
+    let every_policy = policies.clone();
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), Reporter::from("fleethub-hub")),
         client,
@@ -81,6 +86,7 @@ pub async fn run(
         clock,
         registry,
         runs,
+        freezes,
         hub_namespace,
         errors: FailureBackoff::new(ERROR_BACKOFF),
     });
@@ -100,6 +106,14 @@ pub async fn run(
                 .map(|p| ObjectRef::<AutoUpdatePolicy>::new(p))
         })
         .watches_stream(placement_stream, for_placement)
+        // A freeze made or lifted concerns every policy (each checks its own placement).
+        .watches_stream(freeze_stream, move |_: fleethub_crds::Freeze| {
+            every_policy
+                .state()
+                .iter()
+                .map(|a| ObjectRef::from_obj(a.as_ref()))
+                .collect::<Vec<_>>()
+        })
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(
             |policy, ctx| async move {
@@ -389,10 +403,9 @@ async fn read_placement(
     // available (its per-cluster list is capped on large fleets).
     let all_available = status.selected_cluster_count.unwrap_or_default() > 0
         && is_true(&status.conditions, AVAILABLE)
-        && status
-            .placement_statuses
-            .iter()
-            .all(|c| c.resource_snapshot_index.is_some_and(&current) && is_true(&c.conditions, AVAILABLE));
+        && status.placement_statuses.iter().all(|c| {
+            c.resource_snapshot_index.is_some_and(&current) && is_true(&c.conditions, AVAILABLE)
+        });
     let unsettled_because = if !active.is_empty() {
         format!("UpdateRun {} is in progress", active.join(", "))
     } else if !behind.is_empty() {
@@ -404,7 +417,14 @@ async fn read_placement(
     } else {
         String::new()
     };
+    let frozen = fleethub_crds::freeze::holding(
+        ctx.freezes.state().iter().map(|f| f.as_ref()),
+        name,
+        ctx.clock.now(),
+    )
+    .map(|f| f.describe());
     Ok(Ok(PlacementView {
+        frozen,
         latest_index: latest,
         settled,
         available: settled && all_available,
@@ -510,7 +530,8 @@ fn outcome(ctx: &Context, name: Option<&str>) -> RunOutcome {
         RunPhase::Failed => RunOutcome::Failed(why(SUCCEEDED)),
         // Waiting for a member to be healthy before its turn is not the version's fault.
         RunPhase::Blocked
-            if find(conditions, PROGRESSING).is_some_and(|c| c.reason == run_reason::CLUSTER_FAILED) =>
+            if find(conditions, PROGRESSING)
+                .is_some_and(|c| c.reason == run_reason::CLUSTER_FAILED) =>
         {
             RunOutcome::Blocked(why(PROGRESSING))
         }

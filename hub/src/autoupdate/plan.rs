@@ -49,6 +49,8 @@ pub struct PlacementView {
     pub available: bool,
     /// Why it is not settled (for the condition).
     pub unsettled_because: String,
+    /// A Freeze holding it, in words: no new version is applied meanwhile.
+    pub frozen: Option<String>,
 }
 
 /// How an UpdateRun stands.
@@ -441,6 +443,19 @@ impl Stepper<'_, '_> {
             return;
         };
         if status.circuit_open || !eligible(&version, status) {
+            return;
+        }
+        if let Some(frozen) = &placement.frozen {
+            self.condition(
+                status,
+                (
+                    UPDATING,
+                    FALSE,
+                    reason::FROZEN,
+                    format!("{version} is available; waiting: {frozen}"),
+                ),
+            );
+            self.sleep_at_most(IN_FLIGHT_RECHECK);
             return;
         }
         if !placement.settled {

@@ -34,6 +34,7 @@ fn quiet() -> PlacementView {
         settled: true,
         available: true,
         unsettled_because: String::new(),
+        frozen: None,
     }
 }
 
@@ -255,7 +256,10 @@ fn a_failed_run_is_rolled_back_once_and_the_version_never_again() {
     let flight = w.status.in_flight.clone().unwrap();
     assert_eq!(flight.rollback_run.as_deref(), Some("web-1-2-0-rollback"));
     let message = &find(&w.status.conditions, UPDATING).unwrap().message;
-    assert!(message.contains("UpdateRun web-1-2-0-rollback rolls"), "{message}");
+    assert!(
+        message.contains("UpdateRun web-1-2-0-rollback rolls"),
+        "{message}"
+    );
 
     // Replayed (a restart): the image again, no second count, no run created.
     w.rollback_run = RunOutcome::Running;
@@ -407,6 +411,32 @@ fn a_busy_placement_or_a_pinned_image_starts_nothing() {
     let (_, _, checked) = w.step();
     assert!(!checked);
     assert_eq!(w.reason(READY), reason::DIGEST_PINNED);
+}
+
+#[test]
+fn a_frozen_placement_gets_no_new_version_until_the_freeze_lifts() {
+    let mut w = World::new();
+    w.step();
+    w.registry = Ok(Some("1.2.0".into()));
+    w.placement.frozen = Some("frozen by alice until unfrozen (freeze fleet): close".into());
+    w.check_request = Some("1".into());
+    let (actions, _, _) = w.step();
+    assert!(actions.is_empty());
+    assert!(w.status.in_flight.is_none());
+    assert_eq!(w.reason(UPDATING), reason::FROZEN);
+    let message = &find(&w.status.conditions, UPDATING).unwrap().message;
+    assert!(
+        message.contains("1.2.0 is available; waiting: frozen by alice"),
+        "{message}"
+    );
+    // Lifted: the version found meanwhile starts without another check.
+    w.placement.frozen = None;
+    let (actions, _, checked) = w.step();
+    assert!(!checked);
+    assert_eq!(
+        actions,
+        vec![Action::SetImage("127.0.0.1:17300/web:1.2.0".into())]
+    );
 }
 
 #[test]

@@ -88,6 +88,11 @@ pub async fn run(
     let (approvals, approvals_writer) = reflector::store::<ApprovalRequest>();
     metrics.count_approvals_in(approvals.clone());
     let (placements, placements_writer) = reflector::store::<Placement>();
+    let (freezes, freezes_writer) = reflector::store::<fleethub_crds::Freeze>();
+    let freeze_stream = fleethub_runtime::reflected_stream(
+        Api::<fleethub_crds::Freeze>::all(client.clone()),
+        freezes_writer,
+    );
 
     let approval_stream = fleethub_runtime::reflected_stream(
         Api::<ApprovalRequest>::all(client.clone()),
@@ -125,6 +130,22 @@ pub async fn run(
     let for_binding = by_placement(runs.clone(), any);
     let for_run = by_placement(runs.clone(), any);
     let for_placement = by_placement(runs.clone(), any);
+    // A freeze made, changed or lifted concerns every unfinished run (those of the placements
+    // it names, or all).
+    let for_freeze = {
+        let runs = runs.clone();
+        move |f: fleethub_crds::Freeze| -> Vec<ObjectRef<UpdateRun>> {
+            runs.state()
+                .iter()
+                .filter(|r| !finished(r))
+                .filter(|r| {
+                    f.spec.placements.is_empty()
+                        || f.spec.placements.contains(&r.spec.placement_name)
+                })
+                .map(|r| ObjectRef::from_obj(r.as_ref()))
+                .collect()
+        }
+    };
     let uninitialized = by_placement(runs.clone(), |r| {
         let conditions = r.status.as_ref().map(|s| s.conditions.as_slice());
         !is_true(conditions.unwrap_or_default(), INITIALIZED)
@@ -171,6 +192,7 @@ pub async fn run(
             approvals,
             members,
             placements,
+            freezes,
             binding_views: binding_views::BindingViews::default(),
             plans: plans::Plans::default(),
         },
@@ -206,6 +228,7 @@ pub async fn run(
                 uninitialized(&name)
             }
         })
+        .watches_stream(freeze_stream, for_freeze)
         .watches_stream(work_stream, move |w: Work| for_work(&w.spec.placement_name))
         .watches_stream(binding_stream, move |b: Binding| {
             for_binding(&b.spec.placement_name)
@@ -357,7 +380,15 @@ async fn reconcile(cached: Arc<UpdateRun>, ctx: Arc<Context>) -> Result<Requeue,
     // after it loses some of the actions, never the record: the next plan repeats what is
     // missing (a started cluster's Binding, an ApprovalRequest, its acceptance, an unbind).
     let planned = started.elapsed();
-    let actions = std::mem::take(&mut plan.actions);
+    // Except a failed run's rollback run, created before the status that names it: a crash
+    // between the two creates it again, and once named it is never created again (a person who
+    // deletes it stops the rollback).
+    let (rollback, actions): (Vec<_>, Vec<_>) = std::mem::take(&mut plan.actions)
+        .into_iter()
+        .partition(|a| matches!(a, Action::CreateRollbackRun { .. }));
+    if !rollback.is_empty() {
+        act(&ctx, &run, &rollback).await?;
+    }
     let requeue = report(&ctx, &run, plan, &stored).await?;
     tracing::debug!(
         plan_ms = planned.as_millis() as u64,

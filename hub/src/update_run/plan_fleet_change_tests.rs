@@ -92,7 +92,8 @@ fn a_cluster_that_leaves_before_its_turn_is_skipped_and_never_bound() {
     assert!(binds(&p).is_empty());
     assert!(p.actions.contains(&Action::CreateApproval {
         name: "rollout-canary".into(),
-        stage: "canary".into()
+        stage: "canary".into(),
+        policy: None,
     }));
     assert!(!w.works.contains_key("canary-a"));
 }

@@ -223,3 +223,48 @@ fn promql_that_does_not_parse_is_refused_at_initialization_naming_stage_and_task
     );
     assert!(find(&p.status.conditions, SUCCEEDED).is_some(), "final");
 }
+
+#[test]
+fn a_stage_outside_its_window_waits_for_the_opening_and_one_already_started_finishes() {
+    // Canary may start only in the minute-long window opening on each hour.
+    let mut w = World::new();
+    w.strategy = strategy(json!({"stages": [
+        {"name": "staging", "labelSelector": {"matchLabels": {"env": "staging"}}},
+        {"name": "canary", "labelSelector": {"matchLabels": {"env": "canary"}},
+         "allowedWindows": [{"schedule": "0 * * * *", "duration": "1m"}]},
+        {"name": "production", "labelSelector": {"matchLabels": {"env": "production"}},
+         "maxConcurrency": "100%"}
+    ]}));
+    // t(0) is on the hour: the run starts ten minutes later, and staging's clusters finish
+    // before the next hour.
+    w.now = t(600);
+    let opening = t(3600);
+    let p = settle(&mut w);
+    assert!(binds(&p).is_empty());
+    assert!(w.status().stages_status[1].start_time.is_none());
+    let (status, why, message) = run_condition(&p, PROGRESSING);
+    assert_eq!(
+        (status.as_str(), why.as_str()),
+        ("False", reason::OUTSIDE_WINDOW)
+    );
+    assert!(
+        message.contains("stage canary waits: outside its allowed windows stages[1].allowedWindows[0] (0 * * * * for 1m)")
+            && message.contains(&format!("it may start at {opening}")),
+        "{message}"
+    );
+    let wait = opening.as_second() - w.now.as_second();
+    assert_eq!(
+        p.requeue_after,
+        Some(Duration::from_secs(wait.max(1) as u64))
+    );
+    // At the opening, canary starts; once started it finishes after its window closed.
+    w.now = opening;
+    let p = w.step();
+    assert_eq!(binds(&p), ["canary-a"]);
+    w.member_ready("canary-a");
+    w.now = opening + jiff::SignedDuration::from_mins(2);
+    settle(&mut w);
+    let stages = &w.status().stages_status;
+    assert!(is_true(&stages[1].conditions, SUCCEEDED), "{:?}", stages[1]);
+    assert!(stages[2].start_time.is_some(), "production started");
+}

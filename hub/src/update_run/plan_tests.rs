@@ -107,6 +107,8 @@ struct World {
     asked: Vec<MetricQuery>,
     /// The rollback runs the plans created: name, index, what they revert.
     rollback_runs: Vec<(String, i64, fleethub_crds::update_run::RollbackSpec)>,
+    /// A Freeze holding the placement: in words, and when it lifts.
+    freeze: Option<(String, Option<Timestamp>)>,
     now: Timestamp,
 }
 
@@ -129,6 +131,7 @@ impl World {
             prometheus: BTreeMap::new(),
             asked: Vec::new(),
             rollback_runs: Vec::new(),
+            freeze: None,
             now: t(0),
         };
         w.cluster("stage-a", &[("env", "staging")]);
@@ -199,6 +202,7 @@ impl World {
             approvals: self.approvals.clone(),
             siblings: siblings(&self.earlier_runs, &self.later_runs),
             metric_results: BTreeMap::new(),
+            freeze: self.freeze.clone(),
             override_snapshots: Default::default(),
             now: self.now,
         }
@@ -634,7 +638,8 @@ fn the_three_stage_journey_respects_order_concurrency_and_gates() {
     let p = w.step();
     assert!(p.actions.contains(&Action::CreateApproval {
         name: "rollout-canary".into(),
-        stage: "canary".into()
+        stage: "canary".into(),
+        policy: None,
     }));
     assert!(
         run_condition(&p, PROGRESSING)
@@ -679,7 +684,8 @@ fn the_three_stage_journey_respects_order_concurrency_and_gates() {
     // Approval and TimedWait both gate the end of production.
     assert!(p.actions.contains(&Action::CreateApproval {
         name: "rollout-production".into(),
-        stage: "production".into()
+        stage: "production".into(),
+        policy: None,
     }));
     w.approve("rollout-production");
     w.now = t(100_050);
@@ -993,7 +999,8 @@ fn empty_stages_still_honour_their_gates_and_the_deletion_stage_removes_unselect
     let p = w.step();
     assert!(p.actions.contains(&Action::CreateApproval {
         name: "rollout-all".into(),
-        stage: "all".into()
+        stage: "all".into(),
+        policy: None,
     }));
     assert!(
         !p.actions.iter().any(|a| matches!(a, Action::Unbind { .. })),

@@ -160,7 +160,9 @@ impl Stepper<'_, '_> {
                     RunOutcome::Succeeded | RunOutcome::Superseded | RunOutcome::Missing => {
                         status.in_flight = None;
                         let how = if o.rollback_run == RunOutcome::Missing {
-                            format!("UpdateRun {name} no longer exists; clusters keep what they run")
+                            format!(
+                                "UpdateRun {name} no longer exists; clusters keep what they run"
+                            )
                         } else {
                             format!(
                                 "{version} was rolled back to {}",

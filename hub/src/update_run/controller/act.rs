@@ -60,7 +60,11 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
             }
             bind(ctx, &name, &spec, resource_version).await?;
         }
-        Action::CreateApproval { name, stage } => {
+        Action::CreateApproval {
+            name,
+            stage,
+            policy,
+        } => {
             let cached = ctx.caches.approvals.get(&ObjectRef::new(name)).is_some();
             if ctx.recent.asked.recently(name, cached) {
                 // Created by an earlier plan; the cache has not shown it to this one yet.
@@ -72,6 +76,12 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
                 ApprovalRequestSpec {
                     parent_stage_rollout: run_name.clone(),
                     target_stage: stage.clone(),
+                    policy: policy.clone(),
+                    started_by: run.annotations().get(names::STARTED_BY_ANNOTATION).cloned(),
+                    resource_snapshot_index: run
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.resource_snapshot_index_used.clone()),
                 },
             );
             request.metadata.labels = Some(BTreeMap::from([
@@ -97,6 +107,7 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
                     last_transition_time: Time(ctx.io.clock.now()),
                     observed_generation: None,
                 }],
+                ..Default::default()
             };
             let body = StatusApply::new::<ApprovalRequest>(name, None, &status);
             approvals
@@ -113,7 +124,9 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
             index,
             rollback,
         } => {
-            // Not owned by the failed run: deleting it must not stop its rollback midway.
+            // Not owned by the failed run: deleting it must not stop its rollback midway. It
+            // belongs to what the failed run belongs to (an AutoUpdatePolicy, say), with its
+            // labels.
             let mut body = UpdateRun::new(
                 name,
                 fleethub_crds::update_run::UpdateRunSpec {
@@ -127,10 +140,10 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
                     bake: None,
                 },
             );
-            body.metadata.labels = Some(BTreeMap::from([(
-                names::ROLLBACK_OF_LABEL.to_string(),
-                run_name.clone(),
-            )]));
+            let mut labels = run.labels().clone();
+            labels.insert(names::ROLLBACK_OF_LABEL.to_string(), run_name.clone());
+            body.metadata.labels = Some(labels);
+            body.metadata.owner_references = run.metadata.owner_references.clone();
             let runs: Api<UpdateRun> = Api::all(ctx.io.client.clone());
             ok_if(runs.create(&PostParams::default(), &body).await, EXISTS)?;
         }

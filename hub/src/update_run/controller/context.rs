@@ -37,6 +37,7 @@ pub(super) struct Caches {
     pub(super) approvals: Store<ApprovalRequest>,
     pub(super) members: Store<MemberCluster>,
     pub(super) placements: Store<Placement>,
+    pub(super) freezes: Store<fleethub_crds::Freeze>,
     /// The planner's views of the Bindings of placements with an unfinished run, built again
     /// only when their Binding changed ([`binding_views`]).
     pub(super) binding_views: binding_views::BindingViews,
@@ -135,7 +136,8 @@ impl Caches {
                 self.bindings.wait_until_ready(),
                 self.works.wait_until_ready(),
                 self.approvals.wait_until_ready(),
-                self.placements.wait_until_ready()
+                self.placements.wait_until_ready(),
+                self.freezes.wait_until_ready()
             )
         };
         fleethub_runtime::ready_within(CACHE_WAIT, caches).await

@@ -235,6 +235,12 @@ pub(super) fn observe<'a>(
             .map(|r| SiblingRun::of(r))
             .collect(),
         metric_results: BTreeMap::new(),
+        freeze: fleethub_crds::freeze::holding(
+            ctx.caches.freezes.state().iter().map(|f| f.as_ref()),
+            placement,
+            ctx.io.clock.now(),
+        )
+        .map(|f| (f.describe(), f.spec.until.as_ref().map(|u| u.0))),
         now: ctx.io.clock.now(),
     }
 }

@@ -7,7 +7,7 @@ use fleethub_crds::binding::BindingState;
 use fleethub_crds::concurrency::MaxConcurrency;
 use fleethub_crds::conditions::{self, FALSE, NewCondition, TRUE, find, is_true, set_condition};
 use fleethub_crds::duration;
-use fleethub_crds::strategy::OnFailure;
+use fleethub_crds::strategy::{OnFailure, StagedUpdateStrategySpec};
 use fleethub_crds::update_run::{
     CLUSTER_SKIPPED, CLUSTER_STARTED, ClusterUpdatingStatus, PROGRESSING, SUCCEEDED,
     StageUpdatingStatus, UpdateRunState, reason,
@@ -108,6 +108,17 @@ impl Planner<'_, '_> {
                     }
                     Gate::Failed(why, message) => return self.gate_failed(why, message),
                 }
+                if self.frozen(&stage_name, 0) {
+                    return;
+                }
+                if let Some(message) = self.window_closed(i, &strategy) {
+                    if stopped {
+                        self.stopped(Some(message));
+                    } else {
+                        self.set_run(PROGRESSING, FALSE, reason::OUTSIDE_WINDOW, message);
+                    }
+                    return;
+                }
             }
             let budget = cfg.max_failed_clusters.unwrap_or(0).max(0) as usize;
             if !self.track_clusters(i, health_timeout, budget) {
@@ -133,9 +144,12 @@ impl Planner<'_, '_> {
                     self.set_run(PROGRESSING, FALSE, reason::CLUSTER_REGRESSED, message);
                     return;
                 }
+                if self.frozen(&stage_name, in_progress) {
+                    return;
+                }
                 let limit = MaxConcurrency::parse(cfg.max_concurrency.as_ref())
                     .unwrap_or_default()
-                    .resolve(stage.clusters.len());
+                    .resolve(self.status.stages_status[i].clusters.len());
                 let held = self.start_clusters(i, limit.saturating_sub(in_progress), budget);
                 let updating: Vec<String> = self.status.stages_status[i]
                     .clusters
@@ -258,6 +272,38 @@ impl Planner<'_, '_> {
                 );
             }
         }
+    }
+
+    /// A change freeze holds the run: nothing new starts (`in_progress` clusters in flight
+    /// finish); planned again when it lifts.
+    fn frozen(&mut self, stage: &str, in_progress: usize) -> bool {
+        let Some((frozen, until)) = self.o.freeze.clone() else {
+            return false;
+        };
+        if let Some(until) = until {
+            self.requeue_at(until);
+        }
+        let message = match in_progress {
+            0 => format!("stage {stage} waits: {frozen}"),
+            n => format!("stage {stage} waits: {frozen}; {n} clusters already updating finish"),
+        };
+        self.set_run(PROGRESSING, FALSE, reason::FROZEN, message);
+        true
+    }
+
+    /// Why stage `i` may not start now (its strategy's or its own windows), asking to be
+    /// planned again at the next opening; None when it may.
+    fn window_closed(&mut self, i: usize, strategy: &StagedUpdateStrategySpec) -> Option<String> {
+        let (allowed, blocked) = super::windows::of_stage(strategy, i).ok()?;
+        let stage = &strategy.stages.get(i)?.name;
+        let (why, next) = super::windows::closed(strategy, i, &allowed, &blocked, self.o.now)?;
+        Some(match next {
+            Some(next) => {
+                self.requeue_at(next);
+                format!("stage {stage} waits: {why}; it may start at {next}")
+            }
+            None => format!("stage {stage} waits: {why}, which never open again"),
+        })
     }
 
     /// A gate can never pass (e.g. a metric check past its timeout): the run fails, for good,

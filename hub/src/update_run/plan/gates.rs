@@ -16,7 +16,7 @@ use fleethub_crds::{duration, names};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{Action, MetricKey, MetricQuery, Planner, Side};
+use super::{Action, ApprovalView, MetricKey, MetricQuery, Planner, Side};
 
 /// What a gate (or all of a stage's gates on one side) came to.
 pub(super) enum Gate {
@@ -66,7 +66,10 @@ impl Planner<'_, '_> {
                         .unwrap_or_default();
                     self.timed_wait(&stage_name, &mut task, wait, reached)
                 }
-                StageTaskType::Approval => self.approval(&stage_name, side, &mut task),
+                StageTaskType::Approval => {
+                    let policy = config.and_then(|c| c.approval_policy.clone());
+                    self.approval(&stage_name, side, &mut task, policy)
+                }
                 StageTaskType::MetricCheck => {
                     let key = MetricKey {
                         stage: stage_name.clone(),
@@ -199,7 +202,13 @@ impl Planner<'_, '_> {
 
     /// A person's approval: creates the ApprovalRequest, passes once it is approved (and has
     /// the approval accepted).
-    fn approval(&mut self, stage: &str, side: Side, task: &mut StageTaskStatus) -> Gate {
+    fn approval(
+        &mut self,
+        stage: &str,
+        side: Side,
+        task: &mut StageTaskStatus,
+        policy: Option<fleethub_crds::approval::ApprovalPolicy>,
+    ) -> Gate {
         let now = self.o.now;
         let name = task
             .approval_request_name
@@ -219,6 +228,7 @@ impl Planner<'_, '_> {
             self.actions.push(Action::CreateApproval {
                 name: name.clone(),
                 stage: stage.to_string(),
+                policy,
             });
         }
         if !is_true(&task.conditions, APPROVAL_REQUEST_CREATED) {
@@ -256,6 +266,13 @@ impl Planner<'_, '_> {
                 }
                 Gate::Passed
             }
+            Some(ApprovalView {
+                approvals,
+                needed: Some(needed),
+                ..
+            }) => Gate::Waiting(format!(
+                "waits for approval of ApprovalRequest {name} ({approvals} of {needed} approvals)"
+            )),
             _ => Gate::Waiting(format!("waits for approval of ApprovalRequest {name}")),
         }
     }

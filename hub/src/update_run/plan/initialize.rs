@@ -120,6 +120,15 @@ impl<'a, 'o> Planner<'a, 'o> {
             if let Some(analysis) = &stage.analysis {
                 validate_metric_check(stage, "analysis", &analysis.metric_check)?;
             }
+            super::windows::of_stage(strategy, i).map_err(|e| {
+                (
+                    reason::INVALID_STRATEGY,
+                    format!(
+                        "StagedUpdateStrategy {}: spec.{e}",
+                        spec.staged_rollout_strategy_name
+                    ),
+                )
+            })?;
         }
         Ok(strategy)
     }

@@ -34,6 +34,7 @@ mod metric;
 mod regression;
 mod rollback;
 mod siblings;
+mod windows;
 
 pub use rollback::{ROLLBACK_STAGE, rollback_run_name};
 
@@ -196,10 +197,15 @@ impl WorkView {
 /// An ApprovalRequest as the planner needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ApprovalView {
-    /// A person set `Approved=True`.
+    /// The gate is open: `Approved=True` (or an approval) without a policy, `minApprovals`
+    /// distinct approvals under one.
     pub approved: bool,
     /// The hub set `ApprovalAccepted=True`.
     pub accepted: bool,
+    /// Distinct approvals given so far.
+    pub approvals: usize,
+    /// How many its policy needs (None: no policy).
+    pub needed: Option<usize>,
 }
 
 impl ApprovalView {
@@ -211,8 +217,10 @@ impl ApprovalView {
             .map(|s| s.conditions.as_slice())
             .unwrap_or_default();
         Self {
-            approved: is_true(conditions, approval::APPROVED),
+            approved: a.is_approved(),
             accepted: is_true(conditions, approval::APPROVAL_ACCEPTED),
+            approvals: a.approvers().len(),
+            needed: a.spec.policy.as_ref().map(|p| p.needed()),
         }
     }
 }
@@ -258,6 +266,8 @@ pub struct Observed<'a> {
     pub siblings: Vec<SiblingRun>,
     /// Outcomes of the queries a first plan asked for (made at `now`); empty otherwise.
     pub metric_results: BTreeMap<MetricKey, QueryOutcome>,
+    /// A Freeze holding the run's placement: in words, and when it lifts (None: when deleted).
+    pub freeze: Option<(String, Option<Timestamp>)>,
     /// Now.
     pub now: Timestamp,
 }
@@ -284,6 +294,8 @@ pub enum Action {
         name: String,
         /// The stage it gates.
         stage: String,
+        /// The task's approval policy.
+        policy: Option<fleethub_crds::approval::ApprovalPolicy>,
     },
     /// Set `ApprovalAccepted=True` on an approved request.
     AcceptApproval {

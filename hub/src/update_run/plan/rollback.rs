@@ -40,7 +40,7 @@ pub fn rollback_strategy() -> StagedUpdateStrategySpec {
             ..Default::default()
         }],
         on_failure: Some(OnFailure::Hold),
-        bake: None,
+        ..Default::default()
     }
 }
 
