@@ -94,6 +94,7 @@ fn a_cluster_that_leaves_before_its_turn_is_skipped_and_never_bound() {
         name: "rollout-canary".into(),
         stage: "canary".into(),
         policy: None,
+        index: Some("2".into()),
     }));
     assert!(!w.works.contains_key("canary-a"));
 }

@@ -640,6 +640,7 @@ fn the_three_stage_journey_respects_order_concurrency_and_gates() {
         name: "rollout-canary".into(),
         stage: "canary".into(),
         policy: None,
+        index: Some("2".into()),
     }));
     assert!(
         run_condition(&p, PROGRESSING)
@@ -686,6 +687,7 @@ fn the_three_stage_journey_respects_order_concurrency_and_gates() {
         name: "rollout-production".into(),
         stage: "production".into(),
         policy: None,
+        index: Some("2".into()),
     }));
     w.approve("rollout-production");
     w.now = t(100_050);
@@ -1001,6 +1003,7 @@ fn empty_stages_still_honour_their_gates_and_the_deletion_stage_removes_unselect
         name: "rollout-all".into(),
         stage: "all".into(),
         policy: None,
+        index: Some("2".into()),
     }));
     assert!(
         !p.actions.iter().any(|a| matches!(a, Action::Unbind { .. })),

@@ -64,6 +64,7 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
             name,
             stage,
             policy,
+            index,
         } => {
             let cached = ctx.caches.approvals.get(&ObjectRef::new(name)).is_some();
             if ctx.recent.asked.recently(name, cached) {
@@ -78,10 +79,7 @@ async fn perform(ctx: &Context, run: &UpdateRun, action: &Action) -> Result<(), 
                     target_stage: stage.clone(),
                     policy: policy.clone(),
                     started_by: run.annotations().get(names::STARTED_BY_ANNOTATION).cloned(),
-                    resource_snapshot_index: run
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.resource_snapshot_index_used.clone()),
+                    resource_snapshot_index: index.clone(),
                 },
             );
             request.metadata.labels = Some(BTreeMap::from([

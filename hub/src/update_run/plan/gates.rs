@@ -229,6 +229,7 @@ impl Planner<'_, '_> {
                 name: name.clone(),
                 stage: stage.to_string(),
                 policy,
+                index: self.status.resource_snapshot_index_used.clone(),
             });
         }
         if !is_true(&task.conditions, APPROVAL_REQUEST_CREATED) {

@@ -296,6 +296,8 @@ pub enum Action {
         stage: String,
         /// The task's approval policy.
         policy: Option<fleethub_crds::approval::ApprovalPolicy>,
+        /// The snapshot index the run rolls out (what an approval is given for).
+        index: Option<String>,
     },
     /// Set `ApprovalAccepted=True` on an approved request.
     AcceptApproval {
