@@ -21,8 +21,8 @@ use fleethub_crds::auto_update::{
 use fleethub_crds::conditions::{find, is_true};
 use fleethub_testkit::{Fleet, free_port, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::{Api, ResourceExt};
 use kube::api::PostParams;
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
 #[tokio::test]
@@ -113,7 +113,10 @@ async fn registry_versions_roll_out_roll_back_and_open_the_circuit() {
     let failed = runs.get(&format!("{name}-1-2-0")).await.unwrap();
     let rollback = format!("{name}-1-2-0-rollback");
     assert_eq!(
-        failed.status.as_ref().and_then(|s| s.rollback_run.as_deref()),
+        failed
+            .status
+            .as_ref()
+            .and_then(|s| s.rollback_run.as_deref()),
         Some(rollback.as_str())
     );
     let rollback = runs.get(&rollback).await.unwrap();
@@ -121,7 +124,11 @@ async fn registry_versions_roll_out_roll_back_and_open_the_circuit() {
         rollback.spec.rollback.as_ref().map(|r| r.of.as_str()),
         Some(format!("{name}-1-2-0").as_str())
     );
-    assert!(rollback.labels().contains_key(fleethub_crds::auto_update::POLICY_LABEL));
+    assert!(
+        rollback
+            .labels()
+            .contains_key(fleethub_crds::auto_update::POLICY_LABEL)
+    );
 
     // A newer good version is found and reported, not applied, while the circuit is open.
     repo.push(&["1.3.0"]).unwrap();
@@ -348,5 +355,86 @@ async fn a_version_that_regresses_during_its_bake_is_rolled_back_and_never_picke
     );
     for i in 1..=3 {
         r.wait_running(fleet, i, &image("1.0.0")).await;
+    }
+}
+
+#[tokio::test]
+async fn a_freeze_holds_a_new_version_until_it_is_lifted() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let fleet = Fleet::get().unwrap();
+    let repo = fleet.registry_repo("au-freeze").unwrap();
+    let image = |tag: &str| repo.image(tag);
+    let empty = || json!([]);
+    let r = Rollout::new(fleet, "auf", &image("1.0.0"), [empty(), empty(), empty()]).await;
+    repo.push(&["1.0.0"]).unwrap();
+    r.run_to_success("v1", 0).await;
+    // A freeze of this placement (as `kubectl fleet freeze --placement` makes it).
+    let freeze = format!("{}-freeze", r.id);
+    r.cleanup
+        .track::<fleethub_crds::Freeze>("hub", None, &freeze);
+    let freezes: Api<fleethub_crds::Freeze> = Api::all(r.hub.clone());
+    freezes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "fleethub.dev/v1alpha1", "kind": "Freeze",
+                "metadata": {"name": freeze},
+                "spec": {"reason": "release freeze", "placements": [r.placement]}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let name = format!("{}-p", r.id);
+    track_policy(&r, &name, &["1.1.0"]);
+    let policies: Api<AutoUpdatePolicy> = Api::all(r.hub.clone());
+    policies
+        .create(&PostParams::default(), &policy(&name, &r, json!({})))
+        .await
+        .unwrap();
+    repo.push(&["1.1.0"]).unwrap();
+
+    // 1.1.0 is found and held: the condition names the freeze, nothing is applied.
+    let p = wait_for(
+        &policies,
+        &name,
+        "1.1.0 to be held by the freeze",
+        TIMEOUT,
+        |p: Option<&AutoUpdatePolicy>| {
+            find(&status(p).conditions, "Updating").is_some_and(|c| c.reason == reason::FROZEN)
+        },
+    )
+    .await
+    .unwrap();
+    let s = p.status.unwrap();
+    assert!(s.in_flight.is_none(), "{s:?}");
+    assert_eq!(s.available_version.as_deref(), Some("1.1.0"));
+    let message = &find(&s.conditions, "Updating").unwrap().message;
+    assert!(
+        message.contains(&format!("(freeze {freeze}): release freeze")),
+        "{message}"
+    );
+    let hub_web: Api<Deployment> = Api::namespaced(r.hub.clone(), &r.ns);
+    assert_eq!(
+        image_of(&hub_web.get("web").await.unwrap()).as_deref(),
+        Some(image("1.0.0").as_str()),
+        "nothing applied while frozen"
+    );
+
+    // Lifted: 1.1.0 rolls out.
+    freezes.delete(&freeze, &Default::default()).await.unwrap();
+    wait_for(
+        &policies,
+        &name,
+        "1.1.0 to roll out once the freeze is lifted",
+        TIMEOUT,
+        |p: Option<&AutoUpdatePolicy>| {
+            let s = status(p);
+            s.current_version.as_deref() == Some("1.1.0") && s.in_flight.is_none()
+        },
+    )
+    .await
+    .unwrap();
+    for i in 1..=3 {
+        r.wait_running(fleet, i, &image("1.1.0")).await;
     }
 }

@@ -1,8 +1,8 @@
 //! Set-up shared by the auto-update tests: a policy over a [`Rollout`]'s Deployment, its status,
 //! what it creates (for clean-up), and asking it for a check or a reset as a person does.
 
-use fleethub_crds::auto_update::{AutoUpdatePolicy, AutoUpdatePolicyStatus};
 use fleethub_crds::UpdateRun;
+use fleethub_crds::auto_update::{AutoUpdatePolicy, AutoUpdatePolicyStatus};
 use fleethub_testkit::Fleet;
 use serde_json::json;
 
