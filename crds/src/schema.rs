@@ -26,3 +26,9 @@ pub fn int_or_percent(_: &mut SchemaGenerator) -> Schema {
         "nullable": true
     })
 }
+
+/// Any JSON value (text, number, object, list): for a field that takes more than one shape. The
+/// API server keeps it as given and CEL rules cannot read it, so the controller checks it.
+pub fn any_json(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "x-kubernetes-preserve-unknown-fields": true })
+}

@@ -5,94 +5,18 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-
 use common::{HUB_NAMESPACE, Scenario, TIMEOUT, simulate_members, succeeded};
 use fleethub_crds::UpdateRun;
 use fleethub_crds::conditions::find;
 use fleethub_crds::update_run::{METRIC_CHECK_PASSED, reason};
-use fleethub_testkit::{free_port, http_get, poll_until, unique_name, wait_for};
+use fleethub_testkit::{GuardedPrometheus, wait_for};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-const USER: &str = "fleet";
-const PASSWORD: &str = "fleethub-test-password";
-/// bcrypt of PASSWORD (cost 4: Prometheus checks it at every request), made with
-/// `python3 -c "import crypt; print(crypt.crypt(PASSWORD, crypt.mksalt(crypt.METHOD_BLOWFISH)))"`.
-const PASSWORD_BCRYPT: &str = "$2b$04$m49pTzeYfbr1G6klrW2U3.Q67mjsmoY19Wnn4/7TR1Ku.jk3Q11lG";
-
-/// A Prometheus of the test's own that answers only with basic auth; stopped and its files
-/// removed when dropped.
-struct GuardedPrometheus {
-    child: Child,
-    dir: PathBuf,
-    url: String,
-}
-
-impl GuardedPrometheus {
-    async fn start() -> Self {
-        let dir = std::env::temp_dir().join(unique_name("fleethub-auth-prometheus"));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(
-            dir.join("prometheus.yml"),
-            "global: {scrape_interval: 15s}\n",
-        )
-        .unwrap();
-        std::fs::write(
-            dir.join("web.yml"),
-            format!("basic_auth_users:\n  {USER}: '{PASSWORD_BCRYPT}'\n"),
-        )
-        .unwrap();
-        let port = free_port().unwrap();
-        let child = Command::new("prometheus")
-            .arg(format!(
-                "--config.file={}",
-                dir.join("prometheus.yml").display()
-            ))
-            .arg(format!(
-                "--web.config.file={}",
-                dir.join("web.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
-            .spawn()
-            .expect("prometheus (Debian's package) on PATH, as deploy/local/fleet needs it");
-        let p = GuardedPrometheus {
-            child,
-            dir,
-            url: format!("http://127.0.0.1:{port}"),
-        };
-        let addr = ([127, 0, 0, 1], port).into();
-        // Without credentials it answers 401 once it serves.
-        poll_until("the test's Prometheus to serve", TIMEOUT, || async {
-            let (code, _) = http_get(addr, "/api/v1/query?query=vector(1)").await.ok()?;
-            (code == 401).then_some(())
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}; log:\n{}", p.log()));
-        p
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for GuardedPrometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+const USER: &str = GuardedPrometheus::USER;
+const PASSWORD: &str = GuardedPrometheus::PASSWORD;
 
 /// The gate's MetricCheckPassed condition: (reason, message).
 fn gate(run: Option<&UpdateRun>) -> Option<(String, String)> {
@@ -110,7 +34,7 @@ fn gate(run: Option<&UpdateRun>) -> Option<(String, String)> {
 #[tokio::test]
 async fn a_metric_check_sends_the_credentials_of_its_secret() {
     let fleet = fleethub_testkit::Fleet::get().unwrap();
-    let prometheus = GuardedPrometheus::start().await;
+    let prometheus = GuardedPrometheus::start(TIMEOUT).await.unwrap();
     let s = Scenario::new(fleet, "mgauth").await;
     let hub = s.hub.clone();
     let stg = s.member("stg", json!({"env": s.env("staging")})).await;
@@ -119,7 +43,7 @@ async fn a_metric_check_sends_the_credentials_of_its_secret() {
     s.strategy(json!([
         {"name": "staging", "labelSelector": {"matchLabels": {"env": s.env("staging")}},
          "afterStageTasks": [{"type": "MetricCheck", "metricCheck": {
-             "url": prometheus.url, "query": "vector(1)", "interval": "1s",
+             "url": prometheus.url(), "query": "vector(1)", "interval": "1s",
              "secretRef": {"name": secret}}}]}]))
         .await;
     let (_updates, members) = simulate_members(hub.clone(), s.placement.clone(), 0);

@@ -3,7 +3,9 @@
 //! at a time by the real StatefulSet controller, the partition lowered by the agent only after a
 //! metric (a gauge of the fleet's test exporter, scraped by the fleet's real Prometheus) passed
 //! twice in a row; paused while the metric fails and resumed when it recovers; `OnDelete`
-//! refused; `standardRollingUpdate` hands the StatefulSet back.
+//! refused; `standardRollingUpdate` hands the StatefulSet back; a check written in the reference
+//! design's names (`query: {expr, url, secretRef}`, the URL without a scheme) sends the
+//! credentials of its Secret, read on the member.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,10 +14,12 @@ use fleethub_crds::PhasedRollout;
 use fleethub_crds::conditions::find;
 use fleethub_crds::metric_check::MetricCheckResult;
 use fleethub_crds::phased_rollout::{PhasedRolloutPhase, ROLLED_OUT, reason};
-use fleethub_testkit::{Cleanup, Fleet, TestGauge, poll_until, unique_name, wait_for};
+use fleethub_testkit::{
+    Cleanup, Fleet, GuardedPrometheus, TestGauge, poll_until, unique_name, wait_for,
+};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -329,4 +333,126 @@ async fn on_delete_is_refused_and_standard_rolling_update_hands_back() {
     .unwrap();
     let r = rollouts.get("held").await.unwrap();
     assert_eq!(r.status.unwrap().phase, PhasedRolloutPhase::HandedBack);
+}
+
+/// The check's last outcome as the status shows it (a value, or what went wrong).
+fn last_value(r: Option<&PhasedRollout>) -> Option<String> {
+    r?.status.as_ref()?.check.as_ref()?.last_value.clone()
+}
+
+/// The member side of `secretRef`, in the reference design's form: `query: {expr, url,
+/// secretRef}` with the URL as `127.0.0.1:<port>` (no scheme, so `http://`), against a
+/// Prometheus of the test's own that wants basic auth. The real agent reads the Secret in the
+/// rollout's namespace on the member at every check: missing, the rollout holds naming it; with
+/// a wrong password, Prometheus refuses it and the rollout still holds; with the right one, the
+/// StatefulSet rolls.
+#[tokio::test]
+async fn a_check_in_the_reference_designs_form_sends_the_credentials_of_its_secret() {
+    let fleet = Fleet::get().unwrap();
+    let prometheus = GuardedPrometheus::start(TIMEOUT).await.unwrap();
+    let (member, ns, _cleanup) = namespace(fleet).await;
+    let sets: Api<StatefulSet> = Api::namespaced(member.clone(), &ns);
+    let rollouts: Api<PhasedRollout> = Api::namespaced(member.clone(), &ns);
+    let secrets: Api<Secret> = Api::namespaced(member.clone(), &ns);
+    sets.create(&PostParams::default(), &statefulset("db", false))
+        .await
+        .unwrap();
+    let rollout: PhasedRollout = serde_json::from_value(json!({
+        "apiVersion": "fleethub.dev/v1alpha1", "kind": "PhasedRollout",
+        "metadata": {"name": "db"},
+        "spec": {"targetRef": "db", "standardRollingUpdate": false, "check": {
+            "initialDelaySeconds": 0, "periodSeconds": 1, "successThreshold": 1,
+            "query": {"expr": "vector(1)", "url": prometheus.address(),
+                      "secretRef": "prom-secret"}}},
+    }))
+    .unwrap();
+    rollouts
+        .create(&PostParams::default(), &rollout)
+        .await
+        .unwrap();
+    wait_for(
+        &sets,
+        "db",
+        "the partition held at 5",
+        TIMEOUT,
+        |s: Option<&StatefulSet>| s.is_some_and(|s| partition(s) == Some(5)),
+    )
+    .await
+    .unwrap();
+    set_image(&sets, "db", "registry.invalid/db:2").await;
+
+    // No Secret yet: the check fails naming it; no pod rolls.
+    let held = wait_for(
+        &rollouts,
+        "db",
+        "the check to name the missing Secret",
+        TIMEOUT,
+        |r: Option<&PhasedRollout>| last_value(r).is_some_and(|v| v.contains("does not exist")),
+    )
+    .await
+    .unwrap();
+    let v = last_value(Some(&held)).unwrap();
+    assert!(v.contains(&format!("Secret {ns}/prom-secret")), "{v}");
+    assert_eq!(partition(&sets.get("db").await.unwrap()), Some(5));
+
+    // A wrong password: sent, and refused by Prometheus; still no pod rolls.
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "prom-secret"},
+        "stringData": {"username": GuardedPrometheus::USER, "password": "wrong"},
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    wait_for(
+        &rollouts,
+        "db",
+        "Prometheus to refuse the wrong password",
+        TIMEOUT,
+        |r: Option<&PhasedRollout>| last_value(r).is_some_and(|v| v.contains("HTTP 401")),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}; Prometheus log:\n{}", prometheus.log()));
+    assert_eq!(partition(&sets.get("db").await.unwrap()), Some(5));
+
+    // The right password, read at the next check: every pod rolls, a check before each.
+    secrets
+        .patch(
+            "prom-secret",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"password": GuardedPrometheus::PASSWORD}})),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        &sets,
+        "db",
+        "every pod on the new revision, the partition held again",
+        2 * TIMEOUT,
+        |s: Option<&StatefulSet>| {
+            s.is_some_and(|s| {
+                let st = s.status.clone().unwrap_or_default();
+                st.current_revision == st.update_revision
+                    && st.updated_replicas == Some(5)
+                    && partition(s) == Some(5)
+            })
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}; Prometheus log:\n{}", prometheus.log()));
+    let r = wait_for(
+        &rollouts,
+        "db",
+        "RolledOut=True",
+        TIMEOUT,
+        |r: Option<&PhasedRollout>| {
+            r.and_then(|r| r.status.as_ref())
+                .and_then(|s| find(&s.conditions, ROLLED_OUT))
+                .is_some_and(|c| c.reason == reason::COMPLETE)
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status.unwrap().phase, PhasedRolloutPhase::Idle);
 }

@@ -4,6 +4,8 @@
 //! its own field manager. Triggered by changes of rollouts and of StatefulSets (a rolled pod's
 //! progress shows in its StatefulSet's status); requeued for checks.
 
+#[cfg(test)]
+mod check_tests;
 pub mod plan;
 #[cfg(test)]
 mod plan_tests;
@@ -27,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::clock::Clock;
-use plan::{Observed, PartitionAction, Plan, StatefulSetView};
+use plan::{Observed, PartitionAction, Plan, Query, StatefulSetView};
 
 /// How often a rollout is looked at with nothing changing (a missed event heals by then).
 const RESYNC: Duration = Duration::from_secs(60);
@@ -90,25 +92,44 @@ fn error_policy(rollout: Arc<PhasedRollout>, error: &Error, _: Arc<Context>) -> 
     Action::requeue(Duration::from_secs(5))
 }
 
-/// The Prometheus credentials `spec.check.secretRef` names, in the rollout's own namespace on
-/// the member; an error names the Secret (the check then fails and the rollout holds).
-async fn credentials(
-    ctx: &Context,
-    rollout: &PhasedRollout,
-    ns: &str,
-) -> Result<Option<Auth>, String> {
-    let Some(secret_ref) = &rollout.spec.check.secret_ref else {
+/// The Secret the check names for its credentials (`check.secretRef.name` or
+/// `check.query.secretRef`), read now from the rollout's own namespace on the member, so a
+/// rotated credential is used from the next check on; `None` when the check names none or it
+/// does not exist. An error names the Secret (the check then fails and the rollout holds).
+async fn read_secret(ctx: &Context, query: &Query, ns: &str) -> Result<Option<Secret>, String> {
+    let Some(name) = &query.secret_name else {
         return Ok(None);
     };
-    let name = &secret_ref.name;
-    let secret = Api::<Secret>::namespaced(ctx.member.clone(), ns)
+    Api::<Secret>::namespaced(ctx.member.clone(), ns)
         .get_opt(name)
         .await
-        .map_err(|e| format!("reading Secret {ns}/{name} (spec.check.secretRef): {e}"))?
-        .ok_or_else(|| format!("Secret {ns}/{name} (spec.check.secretRef) does not exist"))?;
-    Auth::from_secret(&secret)
-        .map(Some)
-        .map_err(|e| format!("Secret {ns}/{name} {e}"))
+        .map_err(|e| format!("reading Secret {ns}/{name} (the check's secretRef): {e}"))
+}
+
+/// Makes the check `query` asks for, with the credentials of its Secret as read (`None`: it
+/// does not exist, or the check names none). A missing Secret, or one without usable keys,
+/// fails the check with a message naming it, never a credential.
+async fn check_once(
+    prometheus: &Prometheus,
+    ns: &str,
+    query: &Query,
+    secret: Option<&Secret>,
+) -> QueryOutcome {
+    let auth = match (&query.secret_name, secret) {
+        (None, _) => None,
+        (Some(name), None) => {
+            return QueryOutcome::Error(format!(
+                "Secret {ns}/{name} (the check's secretRef) does not exist"
+            ));
+        }
+        (Some(name), Some(secret)) => match Auth::from_secret(secret) {
+            Ok(auth) => Some(auth),
+            Err(e) => return QueryOutcome::Error(format!("Secret {ns}/{name} {e}")),
+        },
+    };
+    prometheus
+        .query_with(&query.url, &query.query, auth.as_ref())
+        .await
 }
 
 fn view(sts: &StatefulSet) -> StatefulSetView {
@@ -160,12 +181,8 @@ async fn reconcile(cached: Arc<PhasedRollout>, ctx: Arc<Context>) -> Result<Acti
     let mut decided = plan::plan(&observed);
     let outcome;
     if let Plan::Query(query) = &decided {
-        outcome = match credentials(&ctx, &rollout, &ns).await {
-            Ok(auth) => {
-                ctx.prometheus
-                    .query_with(&rollout.spec.check.url, query, auth.as_ref())
-                    .await
-            }
+        outcome = match read_secret(&ctx, query, &ns).await {
+            Ok(secret) => check_once(&ctx.prometheus, &ns, query, secret.as_ref()).await,
             Err(why) => QueryOutcome::Error(why),
         };
         observed.outcome = Some(&outcome);

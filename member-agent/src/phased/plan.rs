@@ -48,11 +48,24 @@ pub enum PartitionAction {
     Release,
 }
 
+/// A check to make now, from the rollout's check read as one (`PhasedRolloutCheck::effective`),
+/// whichever names the spec used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Query {
+    /// The Prometheus base URL, with its scheme (`http://` for one given as `host:port/path`).
+    pub url: String,
+    /// The PromQL query, its placeholders expanded.
+    pub query: String,
+    /// The Secret with the credentials, in the rollout's namespace (`check.secretRef.name` or
+    /// `check.query.secretRef`).
+    pub secret_name: Option<String>,
+}
+
 /// The step decided.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Plan {
     /// The check is due: query Prometheus and plan again with the outcome.
-    Query(String),
+    Query(Query),
     /// Write `status`, then do `partition`; look again by `recheck` at the latest.
     Step {
         /// The new status.
@@ -130,19 +143,18 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         cond(&mut status, FALSE, reason::ON_DELETE, message);
         return done(status, PartitionAction::Keep, None);
     }
-    let settings = match Settings::of(&o.spec.check) {
-        // A held rollout keeps waiting and checking: no timeout.
-        Ok(s) => Settings { timeout: None, ..s },
+    let check = match o.spec.check.effective() {
+        Ok(check) => check,
         Err(why) => {
             status.phase = PhasedRolloutPhase::Refused;
-            cond(
-                &mut status,
-                FALSE,
-                reason::INVALID_CHECK,
-                format!("spec.check: {why}"),
-            );
+            cond(&mut status, FALSE, reason::INVALID_CHECK, why);
             return done(status, PartitionAction::Keep, None);
         }
+    };
+    // A held rollout keeps waiting and checking: no timeout.
+    let settings = Settings {
+        timeout: None,
+        ..check.settings
     };
     let replicas = sts.replicas;
     if sts.observed_generation < sts.generation {
@@ -195,21 +207,26 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     }
     // Every pod available, the last rolled one on the new revision: the check decides.
     let query = metric_check::expand(
-        &o.spec.check.query,
+        &check.query,
         &[
             ("statefulset", &o.spec.target_ref),
             ("namespace", o.namespace),
         ],
     );
-    let mut check = status.check.clone().unwrap_or_else(|| MetricCheckStatus {
+    let mut series = status.check.clone().unwrap_or_else(|| MetricCheckStatus {
         query: query.clone(),
         start_time: Some(Time(o.now)),
         ..Default::default()
     });
-    let step = metric_check::step(&settings, &mut check, o.now, o.outcome);
+    let step = metric_check::step(&settings, &mut series, o.now, o.outcome);
     let threshold = settings.success_threshold;
     match step {
-        metric_check::Step::Query => Plan::Query(check.query.clone()),
+        metric_check::Step::Query => Plan::Query(Query {
+            url: check.url,
+            // As first expanded (kept in the status with the count).
+            query: series.query.clone(),
+            secret_name: check.secret_name,
+        }),
         metric_check::Step::Passed => {
             let next = partition - 1;
             status.check = None;
@@ -225,19 +242,19 @@ pub fn plan(o: &Observed<'_>) -> Plan {
             let message = format!(
                 "{rolled_expected}/{replicas} rolled; before pod {}: check {}/{threshold}{}",
                 partition - 1,
-                check.consecutive_passes,
-                match (failing, &check.last_value) {
+                series.consecutive_passes,
+                match (failing, &series.last_value) {
                     (true, Some(v)) => format!(", failing: {v}"),
                     _ => String::new(),
                 }
             );
             cond(&mut status, FALSE, reason::WAITING_FOR_CHECK, message);
-            status.check = Some(check);
+            status.check = Some(series);
             done(status, PartitionAction::Keep, Some(until))
         }
         // Without a timeout the check never times out; were it to, it checks again.
         metric_check::Step::TimedOut => {
-            status.check = Some(check);
+            status.check = Some(series);
             done(status, PartitionAction::Keep, Some(o.now))
         }
     }

@@ -74,7 +74,7 @@ impl World {
         let mut queried = false;
         let mut decided = plan(&o);
         if let Plan::Query(q) = &decided {
-            assert_eq!(q, "up{statefulset=\"web\"}");
+            assert_eq!(q.query, "up{statefulset=\"web\"}");
             queried = true;
             decided = plan(&Observed {
                 outcome: Some(answer),
@@ -204,4 +204,74 @@ fn a_statefulset_change_not_yet_observed_is_not_taken_for_a_finished_one() {
     let mut s = sts(Some(3), "r1", "r2", 1, 5);
     s.generation = 3;
     assert_eq!(w.step(Some(&s), &pass()), (PartitionAction::Keep, false));
+}
+
+/// The reference design's names (`initialDelaySeconds`, `periodSeconds`, `query: {expr, url,
+/// secretRef}` with the URL as `host:port/path`) step the same way, and the query asked for
+/// carries the URL with `http://` and the Secret's name.
+#[test]
+fn a_check_in_the_reference_designs_names_plans_the_same_queries() {
+    let mut w = World::new();
+    w.spec = serde_json::from_value(serde_json::json!({
+        "targetRef": "web",
+        "check": {"initialDelaySeconds": 5, "periodSeconds": 2, "successThreshold": 2,
+                  "query": {"expr": "up{statefulset=\"$statefulset\"}", "url": "prom:9000/xx",
+                            "secretRef": "prom-secret"}},
+    }))
+    .unwrap();
+    let s = sts(Some(5), "r1", "r2", 0, 5);
+    assert_eq!(
+        w.step(Some(&s), &pass()),
+        (PartitionAction::Keep, false),
+        "initial delay"
+    );
+    w.later(5);
+    let o = Observed {
+        namespace: "app",
+        generation: Some(1),
+        spec: &w.spec,
+        status: &w.status,
+        statefulset: Some(&s),
+        now: w.now,
+        outcome: None,
+    };
+    assert_eq!(
+        plan(&o),
+        Plan::Query(Query {
+            url: "http://prom:9000/xx".into(),
+            query: "up{statefulset=\"web\"}".into(),
+            secret_name: Some("prom-secret".into()),
+        })
+    );
+    assert_eq!(w.step(Some(&s), &pass()), (PartitionAction::Keep, true));
+    w.later(1);
+    assert_eq!(
+        w.step(Some(&s), &pass()),
+        (PartitionAction::Keep, false),
+        "period"
+    );
+    w.later(1);
+    assert_eq!(w.step(Some(&s), &pass()), (PartitionAction::Set(4), true));
+}
+
+/// Both names of one setting the API server could not see (`url` and `query.url`) hold the
+/// rollout, the condition naming both.
+#[test]
+fn both_names_of_one_setting_hold_the_rollout_naming_them() {
+    let mut w = World::new();
+    w.spec = serde_json::from_value(serde_json::json!({
+        "targetRef": "web",
+        "check": {"url": "http://127.0.0.1:9090", "query": {"expr": "up", "url": "prom:9000"}},
+    }))
+    .unwrap();
+    let s = sts(Some(5), "r1", "r2", 0, 5);
+    assert_eq!(w.step(Some(&s), &pass()), (PartitionAction::Keep, false));
+    assert_eq!(w.status.phase, PhasedRolloutPhase::Refused);
+    assert_eq!(w.reason(), reason::INVALID_CHECK);
+    let c = fleethub_crds::conditions::find(&w.status.conditions, ROLLED_OUT).unwrap();
+    assert!(
+        c.message.contains("spec.check.url") && c.message.contains("spec.check.query.url"),
+        "{}",
+        c.message
+    );
 }

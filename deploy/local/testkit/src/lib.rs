@@ -40,6 +40,9 @@ pub use registry::{RegistryRepo, Unready};
 mod incluster;
 pub use incluster::demo_deployment;
 
+mod guarded_prometheus;
+pub use guarded_prometheus::GuardedPrometheus;
+
 /// Errors of the test kit.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
