@@ -514,6 +514,60 @@ fn invalid_cases() -> Vec<(&'static str, &'static str, String, Value, Vec<&'stat
             vec!["spec.workload.manifests[0].kind", "Required value"],
         ),
         (
+            "an approval policy of no approvals",
+            "StagedUpdateStrategy",
+            n(),
+            stage(
+                json!({"afterStageTasks": [{"type": "Approval", "approvalPolicy": {"minApprovals": 0}}]}),
+            ),
+            vec![
+                "spec.stages[0].afterStageTasks[0].approvalPolicy.minApprovals",
+                "greater than or equal to 1",
+            ],
+        ),
+        (
+            "an approval policy on a TimedWait",
+            "StagedUpdateStrategy",
+            n(),
+            stage(
+                json!({"afterStageTasks": [{"type": "TimedWait", "waitTime": "1m", "approvalPolicy": {"minApprovals": 2}}]}),
+            ),
+            vec![
+                "spec.stages[0].afterStageTasks[0]",
+                "approvalPolicy is allowed only on an Approval task",
+            ],
+        ),
+        (
+            "approvers naming nobody",
+            "StagedUpdateStrategy",
+            n(),
+            stage(
+                json!({"beforeStageTasks": [{"type": "Approval", "approvalPolicy": {"approvers": {"users": [], "groups": []}}}]}),
+            ),
+            vec![
+                "spec.stages[0].beforeStageTasks[0].approvalPolicy.approvers",
+                "approvers must name at least one user or group",
+            ],
+        ),
+        (
+            "a window whose schedule has four fields",
+            "StagedUpdateStrategy",
+            n(),
+            stage(json!({"allowedWindows": [{"schedule": "0,30 9-17 * *", "duration": "8h"}]})),
+            vec!["spec.stages[0].allowedWindows[0].schedule", "should match"],
+        ),
+        (
+            "a window longer than a week",
+            "StagedUpdateStrategy",
+            n(),
+            json!({"stages": [{"name": "staging"}],
+                   "blockedWindows": [{"schedule": "0 15 * * 5", "duration": "200h"}]}),
+            vec![
+                "spec.blockedWindows[0].duration",
+                "duration must be longer than 0s and at most 168h",
+            ],
+        ),
+        (
             "snapshot part beyond parts",
             "ResourceSnapshot",
             n(),
@@ -1018,4 +1072,89 @@ async fn kubectl_explains_fields_and_prints_columns() {
     );
     assert!(table.lines().nth(1).unwrap().contains(" web "), "{table}");
     api.delete(&name, &Default::default()).await.unwrap();
+}
+
+/// The reference design's PhasedRollout (`data/reference-phased-rollout.yaml`: its names,
+/// `initialDelaySeconds`, `periodSeconds` and `query: {expr, url, secretRef}` with the URL as
+/// `host:port/path`) applies as written and is stored as written; both names of one setting are
+/// refused, naming the field; `kubectl explain` documents each reference name as the same
+/// setting as fleethub's.
+#[tokio::test]
+async fn the_reference_phased_rollout_applies_and_both_names_of_a_setting_are_refused() {
+    let fleet = Fleet::get().unwrap();
+    let hub = fleet.hub().await.unwrap();
+    let api = api_for::<fleethub_crds::PhasedRollout>(&hub, Some("default"));
+    let named = |mut v: Value| {
+        v["metadata"]["name"] = json!(unique_name("phased"));
+        serde_json::from_value::<DynamicObject>(v).unwrap()
+    };
+    let reference: Value =
+        serde_norway::from_str(include_str!("data/reference-phased-rollout.yaml")).unwrap();
+    let created = api
+        .create(&dry_run(), &named(reference.clone()))
+        .await
+        .unwrap_or_else(|e| panic!("the reference PhasedRollout was refused: {e}"));
+    assert_eq!(created.data["spec"], reference["spec"], "stored as written");
+
+    // fleethub's names, the URL without a scheme, are accepted too.
+    let mut ours = reference.clone();
+    ours["spec"]["check"] = json!({"url": "prom:9000/xx", "query": "up{}", "initialDelay": "30s",
+        "interval": "30s", "successThreshold": 3, "secretRef": {"name": "prom-secret"}});
+    api.create(&dry_run(), &named(ours.clone()))
+        .await
+        .unwrap_or_else(|e| panic!("fleethub's names were refused: {e}"));
+
+    for (extra, field, text) in [
+        (
+            json!({"initialDelay": "30s"}),
+            "spec.check.initialDelaySeconds",
+            "initialDelay and initialDelaySeconds are the same setting",
+        ),
+        (
+            json!({"interval": "30s"}),
+            "spec.check.periodSeconds",
+            "interval and periodSeconds are the same setting",
+        ),
+    ] {
+        let mut both = reference.clone();
+        both["spec"]["check"]
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        rejected_with(api.create(&dry_run(), &named(both)).await, field, text);
+    }
+    let mut ftp = ours;
+    ftp["spec"]["check"]["url"] = json!("ftp://prom:21");
+    rejected_with(
+        api.create(&dry_run(), &named(ftp)).await,
+        "spec.check.url",
+        "should match",
+    );
+
+    let explain = |field: &str| {
+        let out = std::process::Command::new(
+            std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into()),
+        )
+        .arg("--kubeconfig")
+        .arg(fleet.kubeconfig("hub"))
+        .args(["explain", &format!("phasedrollouts.spec.check.{field}")])
+        .output()
+        .expect("kubectl runs");
+        assert!(
+            out.status.success(),
+            "kubectl explain {field}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for (field, names) in [
+        ("initialDelaySeconds", "`initialDelay`"),
+        ("periodSeconds", "`interval`"),
+        ("query", "`expr`"),
+        ("url", "`query.url`"),
+        ("secretRef", "`query.secretRef`"),
+    ] {
+        let explained = explain(field);
+        assert!(explained.contains(names), "{field}: {explained}");
+    }
 }
