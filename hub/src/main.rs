@@ -210,6 +210,7 @@ async fn run_controllers(
             metrics.clone(),
             caches.members.subscribe(),
             caches.bindings.subscribe(),
+            caches.works.store(),
             stop.clone(),
         )),
         tokio::spawn(update_run::controller::run(

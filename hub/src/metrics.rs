@@ -18,6 +18,10 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+pub mod fleet_versions;
+
+pub use fleet_versions::FleetVersions;
+
 /// Labels naming a controller.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabels {
@@ -260,6 +264,9 @@ pub struct Metrics {
     pub run_rollbacks: Family<RollbackLabels, Counter>,
     /// The auto-update controller's.
     pub auto_update: AutoUpdateMetrics,
+    /// Which snapshot (and auto-update image) each cluster runs, and the clusters' moves; fed
+    /// by the placement controller.
+    pub fleet_versions: FleetVersions,
     live: Arc<Live>,
 }
 
@@ -373,9 +380,11 @@ impl Metrics {
             cluster_regressions: Counter::default(),
             run_rollbacks: Family::default(),
             auto_update: AutoUpdateMetrics::default(),
+            fleet_versions: FleetVersions::default(),
             live: Arc::new(Live::default()),
         };
         m.auto_update.register(registry);
+        m.fleet_versions.register(registry);
         registry.register(
             "metric_checks",
             "Prometheus queries of metric gates (MetricCheck stage tasks), by result",
@@ -488,6 +497,7 @@ impl Metrics {
             .unwrap_or_else(PoisonError::into_inner) = None;
         self.update_runs.clear();
         self.auto_update.forget();
+        self.fleet_versions.forget();
     }
 
     /// Counts one result of `controller`'s reconcile stream.

@@ -266,6 +266,38 @@ async fn three_stage_rollout_with_gates_in_order() {
     assert!(value("fleethub_hub_approval_wait_seconds_count") >= 2.0);
     assert!(value("fleethub_hub_reconciles_total{controller=\"update-run\"}") >= 1.0);
 
+    // The version metrics: every cluster the placement selects runs snapshot 0, each got there
+    // from none and became available, and the cluster no longer selected has no series. (The
+    // placement controller writes them on the reconcile that follows the Bindings' reports.)
+    let snapshot = |cluster: &str| {
+        format!("fleethub_hub_cluster_snapshot{{placement=\"{placement}\",cluster=\"{cluster}\"}}")
+    };
+    let first = format!(
+        "fleethub_hub_cluster_transitions_total{{placement=\"{placement}\",from=\"none\",to=\"0\",outcome=\"available\"}}"
+    );
+    let versions = fleethub_testkit::poll_until(
+        "the version metrics to show every cluster at snapshot 0",
+        TIMEOUT,
+        || async {
+            let (_, text) = fleethub_testkit::http_get(fleet.hub_health_addr(), "/metrics")
+                .await
+                .ok()?;
+            let has = |line: String| text.lines().any(|l| l == line);
+            let all = [&stg, &can, &prod1, &prod2]
+                .iter()
+                .all(|c| has(format!("{} 0", snapshot(c))));
+            (all && has(format!("{first} 4"))).then_some(text)
+        },
+    )
+    .await
+    .unwrap();
+    assert!(!versions.contains(&snapshot(&old)), "{versions}");
+    assert!(
+        versions.lines().any(|l| l
+            == format!("fleethub_hub_placement_latest_snapshot{{placement=\"{placement}\"}} 0")),
+        "{versions}"
+    );
+
     // Deleting the run deletes its approval requests (owner references, real garbage collector);
     // the clusters keep running what they have.
     runs.delete(&run, &Default::default()).await.unwrap();

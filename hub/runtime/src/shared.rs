@@ -67,6 +67,12 @@ impl<K: Watched> SharedWatch<K> {
         }
     }
 
+    /// The shared store, for a reader that needs no events: it holds the watch's objects once
+    /// [`SharedWatch::run`] lists them, for as long as a subscriber keeps the watch running.
+    pub fn store(&self) -> Store<K> {
+        self.store.clone()
+    }
+
     /// Runs the watch until `stop`, or until no subscriber is left.
     pub async fn run(self, stop: CancellationToken) {
         let SharedWatch {

@@ -8,11 +8,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fleethub_crds::field_manager::PLACEMENT as FIELD_MANAGER;
-use fleethub_crds::{Binding, MemberCluster, Placement, ResourceSnapshot, UpdateRun, names};
+use fleethub_crds::{
+    AutoUpdatePolicy, Binding, MemberCluster, Placement, ResourceSnapshot, UpdateRun, Work, names,
+};
 use futures::{StreamExt, stream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
+use kube::runtime::controller::Error as ControllerError;
 use kube::runtime::reflector;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
@@ -25,6 +28,7 @@ use super::plan::{self, NewSnapshot, Observed, Plan};
 use super::snapshot_cache::{self, OwnSnapshotWrites};
 use super::status_pace::StatusPace;
 use super::triggers;
+use super::version_metrics;
 use crate::Error;
 use crate::clock::Clock;
 use crate::error::{EXISTS, GONE, ok_if};
@@ -52,6 +56,12 @@ struct Context {
     written: LastWritten<Placement>,
     /// When each status was last written: a change of detail alone waits for the interval.
     pace: StatusPace,
+    metrics: Metrics,
+    /// The Works (shared with the work generator): how a cluster's move to a snapshot ended,
+    /// for the version metrics.
+    works: Store<Work>,
+    /// The AutoUpdatePolicies: whose target images the version metrics label clusters with.
+    policies: Store<AutoUpdatePolicy>,
 }
 
 impl Context {
@@ -84,9 +94,15 @@ pub async fn run(
     metrics: Metrics,
     members: Subscription<MemberCluster>,
     bindings: Subscription<Binding>,
+    works: Store<Work>,
     shutdown: CancellationToken,
 ) {
     let (snapshots, snapshots_writer) = reflector::store::<ResourceSnapshot>();
+    let (policies, policies_writer) = reflector::store::<AutoUpdatePolicy>();
+    let policy_stream = fleethub_runtime::reflected_stream(
+        Api::<AutoUpdatePolicy>::all(client.clone()),
+        policies_writer,
+    );
     let (bindings, binding_stream) = (bindings.store.clone(), bindings.touched());
     let member_stream = triggers::member_stream(members.events, triggers::selection_inputs);
     let members = members.store;
@@ -107,6 +123,9 @@ pub async fn run(
         placements: placements.clone(),
         written: LastWritten::slimmed_by(fleethub_runtime::strip_managed_fields),
         pace: StatusPace::default(),
+        metrics: metrics.clone(),
+        works,
+        policies,
     });
     controller
         .owns_stream(fleethub_runtime::slim_reflected_stream(
@@ -124,6 +143,10 @@ pub async fn run(
                 .map(|p| ObjectRef::from_obj(p.as_ref()))
                 .collect::<Vec<_>>()
         })
+        // A policy made, changed or deleted changes its placement's version metrics.
+        .watches_stream(policy_stream, |p: AutoUpdatePolicy| {
+            Some(ObjectRef::<Placement>::new(&p.spec.placement_name))
+        })
         .reconcile_on(content_changes)
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(
@@ -132,6 +155,11 @@ pub async fn run(
             ctx,
         )
         .for_each(move |res| {
+            // A placement deleted at once (no finalizer) is not reconciled again: the triggers
+            // its Bindings' and snapshots' deletion send find it gone.
+            if let Err(ControllerError::ObjectNotFound(gone)) = &res {
+                metrics.fleet_versions.forget_placement(&gone.name);
+            }
             metrics.observe("placement", &res);
             if let Err(e) = res {
                 tracing::debug!(error = %e, "placement reconcile error");
@@ -148,11 +176,17 @@ fn error_policy(placement: Arc<Placement>, error: &Error, _ctx: Arc<Context>) ->
 
 #[tracing::instrument(skip_all, fields(placement = %placement.name_any()))]
 async fn reconcile(placement: Arc<Placement>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let (name, versions) = (placement.name_any(), &ctx.metrics.fleet_versions);
     if placement.metadata.deletion_timestamp.is_some() {
-        ctx.written.forget(&placement.name_any());
+        ctx.written.forget(&name);
+        versions.forget_placement(&name);
         return Ok(Requeue::await_change()); // owner references remove snapshots and bindings
     }
+    // Should a deleted placement's triggers be missed (a watch re-listed meanwhile), its series
+    // go with the next reconcile of another.
+    versions.retain_placements(|p| ctx.placements.get(&ObjectRef::new(p)).is_some());
     let Some(placement) = ctx.freshest(placement).await? else {
+        versions.forget_placement(&name);
         return Ok(Requeue::await_change());
     };
     if !caches_ready(&ctx).await {
@@ -160,8 +194,12 @@ async fn reconcile(placement: Arc<Placement>, ctx: Arc<Context>) -> Result<Reque
         return Ok(Requeue::requeue(CACHE_WAIT));
     }
     let (observed, gathering) = observe(&ctx, &placement).await?;
-    let plan = plan::plan(&placement, observed, ctx.clock.now());
+    let now = ctx.clock.now();
+    version_metrics::observe_clusters(versions, &name, &observed.bindings, &ctx.works, now);
+    let plan = plan::plan(&placement, observed, now);
     act(&ctx, &placement, &plan, gathering).await?;
+    let latest = plan.status.latest_resource_snapshot_index;
+    version_metrics::record_images(&ctx.client, versions, &name, latest, &ctx.policies).await;
     Ok(match report(&ctx, &placement, plan.status).await? {
         // Sooner than any timer of the plan's (those are seconds to minutes away), and the
         // reconcile then plans again.

@@ -11,6 +11,7 @@ mod snapshot_cache;
 pub mod status;
 mod status_pace;
 pub(crate) mod triggers;
+pub mod version_metrics;
 
 #[cfg(test)]
 mod plan_tests;
