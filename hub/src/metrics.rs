@@ -576,12 +576,14 @@ mod tests {
                 ApprovalRequestSpec {
                     parent_stage_rollout: "run".into(),
                     target_stage: "canary".into(),
+                    ..Default::default()
                 },
             );
             a.metadata.creation_timestamp = Some(Time(t(created)));
             if approved {
                 a.status = Some(fleethub_crds::approval::ApprovalRequestStatus {
                     conditions: vec![condition(APPROVED, "True")],
+                    ..Default::default()
                 });
             }
             Arc::new(a)
