@@ -61,13 +61,22 @@ pub struct StagedUpdateStrategySpec {
     )]
     #[x_kube(validation = Rule::new("duration(self) > duration('0s') && duration(self) <= duration('168h')").message("bake must be longer than 0s and at most 168h (a week)"))]
     pub bake: Option<String>,
-    /// When any stage of a run of this strategy may start, beside each stage's own: a stage
-    /// starts only inside one of these windows (unset: at any time).
+    /// When any stage of a run of this strategy may start, beside each stage's own windows.
+    #[serde(flatten)]
+    pub windows: Windows,
+}
+
+/// When a stage may start (after its before-stage tasks): only inside one of its allowed
+/// windows, where any are given, and outside every blocked one. A run that reaches it otherwise
+/// waits, naming the next opening; a stage already started finishes.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Windows {
+    /// Only inside one of these (unset: at any time).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 10))]
     pub allowed_windows: Vec<TimeWindow>,
-    /// When no stage of a run of this strategy may start (a stage reached meanwhile waits for
-    /// the window's end), beside each stage's own.
+    /// Never inside one of these: a run that reaches the stage meanwhile waits for its end.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 10))]
     pub blocked_windows: Vec<TimeWindow>,
@@ -169,17 +178,9 @@ pub struct StageConfig {
     /// recorded and counts neither way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub analysis: Option<StageAnalysis>,
-    /// When the stage may start (after its before-stage tasks): only inside one of these
-    /// windows (unset: at any time). A run that reaches the stage outside them waits, naming the
-    /// next opening.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 10))]
-    pub allowed_windows: Vec<TimeWindow>,
-    /// When the stage may not start: a run that reaches it inside one of these windows waits
-    /// for its end.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 10))]
-    pub blocked_windows: Vec<TimeWindow>,
+    /// When the stage may start, beside its strategy's windows.
+    #[serde(flatten)]
+    pub windows: Windows,
 }
 
 /// A stage's background analysis.

@@ -80,16 +80,16 @@ pub fn of_stage(
             .map(|(j, w)| Window::parse(&format!("{prefix}[{j}]"), w))
             .collect()
     };
-    let mut allowed = parse("allowedWindows".into(), &strategy.allowed_windows)?;
-    let mut blocked = parse("blockedWindows".into(), &strategy.blocked_windows)?;
+    let mut allowed = parse("allowedWindows".into(), &strategy.windows.allowed_windows)?;
+    let mut blocked = parse("blockedWindows".into(), &strategy.windows.blocked_windows)?;
     if let Some(stage) = stage {
         allowed.extend(parse(
             format!("stages[{i}].allowedWindows"),
-            &stage.allowed_windows,
+            &stage.windows.allowed_windows,
         )?);
         blocked.extend(parse(
             format!("stages[{i}].blockedWindows"),
-            &stage.blocked_windows,
+            &stage.windows.blocked_windows,
         )?);
     }
     Ok((allowed, blocked))
@@ -114,7 +114,7 @@ pub fn closed(
     let own = strategy
         .stages
         .get(i)
-        .map_or(0, |s| s.allowed_windows.len());
+        .map_or(0, |s| s.windows.allowed_windows.len());
     let (shared, stage) = allowed.split_at(allowed.len() - own);
     for set in [shared, stage] {
         if !set.is_empty() && !set.iter().any(|w| w.open_at(t)) {
@@ -132,6 +132,7 @@ pub fn closed(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fleethub_crds::strategy::Windows;
 
     fn window(schedule: &str, length: &str, zone: Option<&str>) -> TimeWindow {
         TimeWindow {
@@ -148,7 +149,24 @@ mod tests {
     fn strategy(stage: StageConfig, shared_allowed: Vec<TimeWindow>) -> StagedUpdateStrategySpec {
         StagedUpdateStrategySpec {
             stages: vec![stage],
-            allowed_windows: shared_allowed,
+            windows: Windows {
+                allowed_windows: shared_allowed,
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn allowed(list: Vec<TimeWindow>) -> Windows {
+        Windows {
+            allowed_windows: list,
+            ..Default::default()
+        }
+    }
+
+    fn blocked(list: Vec<TimeWindow>) -> Windows {
+        Windows {
+            blocked_windows: list,
             ..Default::default()
         }
     }
@@ -163,7 +181,7 @@ mod tests {
         let s = strategy(
             StageConfig {
                 name: "production".into(),
-                allowed_windows: vec![window("0 9 * * 1-5", "8h", None)],
+                windows: allowed(vec![window("0 9 * * 1-5", "8h", None)]),
                 ..Default::default()
             },
             Vec::new(),
@@ -189,7 +207,7 @@ mod tests {
         let s = strategy(
             StageConfig {
                 name: "production".into(),
-                blocked_windows: vec![window("0 15 * * 5", "72h", Some("Europe/Berlin"))],
+                windows: blocked(vec![window("0 15 * * 5", "72h", Some("Europe/Berlin"))]),
                 ..Default::default()
             },
             Vec::new(),
@@ -209,7 +227,7 @@ mod tests {
         let s = strategy(
             StageConfig {
                 name: "production".into(),
-                allowed_windows: vec![window("0 12 * * *", "1h", None)],
+                windows: allowed(vec![window("0 12 * * *", "1h", None)]),
                 ..Default::default()
             },
             vec![window("0 9 * * 1-5", "8h", None)],
@@ -232,7 +250,7 @@ mod tests {
         let s = strategy(
             StageConfig {
                 name: "production".into(),
-                blocked_windows: vec![window("0 25 * * *", "1h", None)],
+                windows: blocked(vec![window("0 25 * * *", "1h", None)]),
                 ..Default::default()
             },
             Vec::new(),
