@@ -51,6 +51,7 @@ const KINDS: &[&str] = &[
     "UpdateRun",
     "ApprovalRequest",
     "AutoUpdatePolicy",
+    "Freeze",
 ];
 
 /// The fleethub hub controller manager.
