@@ -22,6 +22,12 @@ pub const CIRCUIT_OPEN: &str = "CircuitOpen";
 pub const CHECK_REQUESTED_ANNOTATION: &str = "fleethub.dev/check-requested";
 /// Annotation a person sets (any new value) to close an open circuit.
 pub const RESET_REQUESTED_ANNOTATION: &str = "fleethub.dev/reset-requested";
+/// Annotation a person sets to forget one failed version, so it may be picked again:
+/// `VERSION@NONCE` (a new nonce for each request, e.g. a timestamp).
+pub const RETRY_REQUESTED_ANNOTATION: &str = "fleethub.dev/retry-requested";
+/// How long a new image may wait on the target for its placement's snapshot before the step
+/// fails (the placement does not select the target, or cannot snapshot it).
+pub const APPLYING_DEADLINE_SECONDS: i64 = 600;
 /// Label on the UpdateRuns a policy creates, naming the policy.
 pub const POLICY_LABEL: &str = "fleethub.dev/auto-update-policy";
 /// How many history entries and failed versions the status keeps (oldest dropped).
@@ -69,6 +75,10 @@ pub mod reason {
     pub const ROLLBACK_FAILED: &str = "RollbackFailed";
     /// CircuitOpen=False after a person's reset.
     pub const RESET: &str = "CircuitReset";
+    /// Event: a person asked to try a failed version again.
+    pub const RETRY_ALLOWED: &str = "RetryAllowed";
+    /// Updating=False and event: the placement did not snapshot the new image in time.
+    pub const NOT_SNAPSHOTTED: &str = "NotSnapshotted";
     /// CircuitOpen=False: a version a person set by hand rolled out everywhere.
     pub const MANUAL_VERSION_SUCCEEDED: &str = "ManualVersionSucceeded";
     /// Event: a version was found and its rollout started.
@@ -259,6 +269,9 @@ pub struct AutoUpdatePolicyStatus {
     /// The last reset request (annotation value) acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_reset_request: Option<String>,
+    /// The last retry request (annotation value) acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_retry_request: Option<String>,
     /// The versions rolled out, newest last (the newest 50).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<VersionHistory>,
@@ -341,4 +354,10 @@ pub enum VersionOutcome {
     RolledBack,
     /// Another run of the placement took over before it finished.
     Superseded,
+    /// Its image was put on the target, but the placement cut no snapshot of it in time; the
+    /// previous image was put back.
+    NotSnapshotted,
+    /// A failed version a person asked to try again (`kubectl fleet autoupdate retry`): no
+    /// longer skipped.
+    RetryAllowed,
 }

@@ -16,7 +16,7 @@ use common::{TIMEOUT, kubectl};
 use fleethub_crds::UpdateRun;
 use fleethub_crds::auto_update::{
     AutoUpdatePolicy, CHECK_REQUESTED_ANNOTATION, CIRCUIT_OPEN, READY, RESET_REQUESTED_ANNOTATION,
-    VersionOutcome, reason,
+    RETRY_REQUESTED_ANNOTATION, VersionOutcome, reason,
 };
 use fleethub_crds::conditions::{find, is_true};
 use fleethub_testkit::{Fleet, free_port, wait_for};
@@ -182,6 +182,36 @@ async fn registry_versions_roll_out_roll_back_and_open_the_circuit() {
     // The printer columns say it too.
     let listed = kubectl(fleet, &["get", "aup", &name]);
     assert!(listed.contains("1.3.0"), "{listed}");
+
+    // A person forgets the failed 1.2.0 (what `kubectl fleet autoupdate retry` asks): it leaves
+    // failedVersions, the history records it, and, older than 1.3.0, it is not picked.
+    let value = format!(
+        "{RETRY_REQUESTED_ANNOTATION}=1.2.0@{}",
+        jiff::Timestamp::now().as_nanosecond()
+    );
+    kubectl(
+        fleet,
+        &["annotate", "autoupdatepolicy", &name, &value, "--overwrite"],
+    );
+    let p = wait_for(
+        &policies,
+        &name,
+        "1.2.0 to be forgotten",
+        TIMEOUT,
+        |p: Option<&AutoUpdatePolicy>| status(p).failed_versions.is_empty(),
+    )
+    .await
+    .unwrap();
+    let s = p.status.unwrap();
+    assert!(
+        s.history
+            .iter()
+            .any(|h| h.version == "1.2.0" && h.outcome == VersionOutcome::RetryAllowed),
+        "{:?}",
+        s.history
+    );
+    assert_eq!(s.current_version.as_deref(), Some("1.3.0"));
+    assert!(s.in_flight.is_none());
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fleethub_crds::auto_update::{
     AutoUpdatePolicy, CHECK_REQUESTED_ANNOTATION, CIRCUIT_OPEN, READY, RESET_REQUESTED_ANNOTATION,
-    UPDATING,
+    RETRY_REQUESTED_ANNOTATION, UPDATING,
 };
 use fleethub_crds::conditions::find;
 use jiff::Timestamp;
@@ -52,23 +52,48 @@ pub async fn show(hub: &Cluster, name: &str) -> Result<()> {
 }
 
 /// What a request asks the controller for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     /// A registry check now.
     Check,
     /// Close the circuit.
     Reset,
+    /// Forget one failed version, so it may be picked again.
+    Retry(String),
 }
 
-/// `kubectl fleet autoupdate check|reset NAME`: sets the request's annotation to a new value,
+/// `kubectl fleet autoupdate check|reset NAME` and `retry NAME VERSION`: sets the request's
+/// annotation to a new value,
 /// waits until the hub acted on it, and prints the policy.
 pub async fn request(hub: &Cluster, name: &str, what: Request) -> Result<()> {
-    get(hub, name).await?;
-    let (annotation, verb) = match what {
-        Request::Check => (CHECK_REQUESTED_ANNOTATION, "check"),
-        Request::Reset => (RESET_REQUESTED_ANNOTATION, "reset"),
+    let policy = get(hub, name).await?;
+    let nonce = Timestamp::now().to_string();
+    let (annotation, verb, value) = match &what {
+        Request::Check => (CHECK_REQUESTED_ANNOTATION, "check", nonce),
+        Request::Reset => (RESET_REQUESTED_ANNOTATION, "reset", nonce),
+        Request::Retry(version) => {
+            let failed = policy
+                .status
+                .as_ref()
+                .map(|s| s.failed_versions.clone())
+                .unwrap_or_default();
+            if !failed.contains(version) {
+                return Err(Error::Refused(format!(
+                    "{version} is not among the failed versions of AutoUpdatePolicy {name} ({}); nothing to retry",
+                    if failed.is_empty() {
+                        "none".to_string()
+                    } else {
+                        failed.join(", ")
+                    }
+                )));
+            }
+            (
+                RETRY_REQUESTED_ANNOTATION,
+                "retry",
+                format!("{version}@{nonce}"),
+            )
+        }
     };
-    let value = Timestamp::now().to_string();
     let patch = serde_json::json!({
         "apiVersion": "fleethub.dev/v1alpha1",
         "kind": "AutoUpdatePolicy",
@@ -91,6 +116,7 @@ pub async fn request(hub: &Cluster, name: &str, what: Request) -> Result<()> {
         let seen = match what {
             Request::Check => status.observed_check_request,
             Request::Reset => status.observed_reset_request,
+            Request::Retry(_) => status.observed_retry_request,
         };
         if seen.as_deref() == Some(value.as_str()) {
             println!("autoupdatepolicy {name}: {verb} done");

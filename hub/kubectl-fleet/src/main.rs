@@ -249,6 +249,14 @@ enum AutoupdateAction {
         /// The AutoUpdatePolicy.
         name: String,
     },
+    /// Forget one failed version (recorded in the policy's history), so the policy may pick it
+    /// again, e.g. after fixing what made it fail.
+    Retry {
+        /// The AutoUpdatePolicy.
+        name: String,
+        /// The failed version, e.g. 1.2.0.
+        version: String,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -420,6 +428,9 @@ async fn execute(cli: Cli) -> Result<()> {
                 }
                 (Some(AutoupdateAction::Reset { name }), _) => {
                     (name, Some(autoupdate::Request::Reset))
+                }
+                (Some(AutoupdateAction::Retry { name, version }), _) => {
+                    (name, Some(autoupdate::Request::Retry(version.clone())))
                 }
                 (None, Some(name)) => (name, None),
                 (None, None) => {

@@ -191,6 +191,9 @@ async fn reconcile(cached: Arc<AutoUpdatePolicy>, ctx: Arc<Context>) -> Result<R
         reset_request: annotations
             .get(RESET_REQUESTED_ANNOTATION)
             .map(String::as_str),
+        retry_request: annotations
+            .get(fleethub_crds::auto_update::RETRY_REQUESTED_ANNOTATION)
+            .map(String::as_str),
         now,
         next_tick: schedule
             .as_ref()

@@ -8,9 +8,9 @@
 use std::time::Duration;
 
 use fleethub_crds::auto_update::{
-    AutoUpdatePolicySpec, AutoUpdatePolicyStatus, CIRCUIT_OPEN, DEFAULT_MAX_ROLLBACKS,
-    InFlightPhase, InFlightUpdate, MAX_HISTORY, READY, UPDATING, VersionHistory, VersionOutcome,
-    reason,
+    APPLYING_DEADLINE_SECONDS, AutoUpdatePolicySpec, AutoUpdatePolicyStatus, CIRCUIT_OPEN,
+    DEFAULT_MAX_ROLLBACKS, InFlightPhase, InFlightUpdate, MAX_HISTORY, READY, UPDATING,
+    VersionHistory, VersionOutcome, reason,
 };
 use fleethub_crds::conditions::{FALSE, NewCondition, TRUE, set_condition};
 use jiff::Timestamp;
@@ -85,6 +85,8 @@ pub struct Observed<'a> {
     pub check_request: Option<&'a str>,
     /// The value of the reset-request annotation.
     pub reset_request: Option<&'a str>,
+    /// The value of the retry-request annotation (`VERSION@NONCE`).
+    pub retry_request: Option<&'a str>,
     /// Now.
     pub now: Timestamp,
     /// The schedule's next tick after the last check (or after now when never checked); `Err`
@@ -206,6 +208,7 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         requeue: MAX_IDLE_SLEEP,
     };
     step.reset_if_asked(&mut status);
+    step.retry_if_asked(&mut status);
     match status.in_flight.clone() {
         Some(flight) => step.in_flight(&mut status, flight),
         None => {
@@ -281,6 +284,45 @@ impl Stepper<'_, '_> {
                 reason::RESET,
                 "closed by a person's reset request".into(),
             ),
+        );
+    }
+
+    /// A person's retry request (`VERSION@NONCE`, a new value): the version leaves
+    /// `failedVersions`, recorded in the history, and may be picked again.
+    fn retry_if_asked(&mut self, status: &mut AutoUpdatePolicyStatus) {
+        let Some(asked) = self.o.retry_request else {
+            return;
+        };
+        if status.observed_retry_request.as_deref() == Some(asked) {
+            return;
+        }
+        status.observed_retry_request = Some(asked.to_string());
+        let version = asked.split_once('@').map_or(asked, |(v, _)| v);
+        let before = status.failed_versions.len();
+        status.failed_versions.retain(|f| f != version);
+        if status.failed_versions.len() == before {
+            self.note(
+                true,
+                reason::RETRY_ALLOWED,
+                format!("retry of {version} asked, but it is not among the failed versions"),
+            );
+            return;
+        }
+        push_history(
+            status,
+            VersionHistory {
+                version: version.to_string(),
+                outcome: VersionOutcome::RetryAllowed,
+                update_run: None,
+                start_time: None,
+                end_time: Some(Time(self.o.now)),
+                message: Some("a person asked to try it again".into()),
+            },
+        );
+        self.note(
+            false,
+            reason::RETRY_ALLOWED,
+            format!("{version} may be picked again: a person asked to retry it"),
         );
     }
 

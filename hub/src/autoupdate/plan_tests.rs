@@ -2,8 +2,8 @@
 //! rollback, the circuit breaker, a person's reset and a person's own version.
 
 use fleethub_crds::auto_update::{
-    AutoUpdatePolicySpec, AutoUpdatePolicyStatus, CIRCUIT_OPEN, InFlightPhase, READY, UPDATING,
-    VersionOutcome, reason,
+    APPLYING_DEADLINE_SECONDS, AutoUpdatePolicySpec, AutoUpdatePolicyStatus, CIRCUIT_OPEN,
+    InFlightPhase, READY, UPDATING, VersionOutcome, reason,
 };
 use fleethub_crds::conditions::find;
 use jiff::{SignedDuration, Timestamp};
@@ -61,6 +61,7 @@ struct World {
     registry: Result<Option<String>, String>,
     check_request: Option<String>,
     reset_request: Option<String>,
+    retry_request: Option<String>,
 }
 
 impl World {
@@ -78,6 +79,7 @@ impl World {
             registry: Ok(None),
             check_request: None,
             reset_request: None,
+            retry_request: None,
         }
     }
 
@@ -89,6 +91,7 @@ impl World {
             status: &self.status,
             check_request: self.check_request.as_deref(),
             reset_request: self.reset_request.as_deref(),
+            retry_request: self.retry_request.as_deref(),
             now: self.now,
             next_tick: Ok(Some(self.now + SignedDuration::from_secs(10))),
             constraint: Ok(()),
@@ -495,4 +498,77 @@ fn run_names_are_dns_labels() {
     );
     let long = run_name(&"p".repeat(40), "123456789.123456789.123456789");
     assert!(long.len() <= 63 && !long.ends_with('-'), "{long}");
+}
+
+#[test]
+fn a_retried_version_is_picked_again_and_the_history_says_who_allowed_it() {
+    let mut w = World::new();
+    w.step();
+    rolling_out(&mut w, "1.2.0");
+    w.update_run = RunOutcome::Failed("bad".into());
+    w.rollback_run = RunOutcome::Running;
+    w.step();
+    w.rollback_run = RunOutcome::Succeeded;
+    w.step();
+    assert_eq!(w.status.failed_versions, vec!["1.2.0".to_string()]);
+    // A retry of a version that never failed changes nothing but says so.
+    w.retry_request = Some("9.9.9@1".into());
+    let (_, notes, _) = w.step();
+    assert_eq!(notes, vec![reason::RETRY_ALLOWED]);
+    assert_eq!(w.status.failed_versions, vec!["1.2.0".to_string()]);
+    // The real one: forgotten, recorded once, and picked at the next check.
+    w.retry_request = Some("1.2.0@2".into());
+    w.update_run = RunOutcome::Missing;
+    w.rollback_run = RunOutcome::Missing;
+    w.registry = Ok(Some("1.2.0".into()));
+    w.check_request = Some("after retry".into());
+    let (actions, notes, _) = w.step();
+    assert!(notes.contains(&reason::RETRY_ALLOWED));
+    assert!(w.status.failed_versions.is_empty());
+    assert!(
+        w.status
+            .history
+            .iter()
+            .any(|h| h.version == "1.2.0" && h.outcome == VersionOutcome::RetryAllowed)
+    );
+    assert_eq!(
+        actions,
+        vec![Action::SetImage("127.0.0.1:17300/web:1.2.0".into())]
+    );
+    // The same request again is not a second retry.
+    let history = w.status.history.len();
+    w.step();
+    assert_eq!(w.status.history.len(), history);
+}
+
+#[test]
+fn an_image_the_placement_never_snapshots_fails_the_step_after_the_deadline() {
+    let mut w = World::new();
+    w.step();
+    w.registry = Ok(Some("1.2.0".into()));
+    w.check_request = Some("1".into());
+    w.step();
+    assert_eq!(
+        w.status.in_flight.as_ref().map(|f| f.phase),
+        Some(InFlightPhase::Applying)
+    );
+    // Just before the deadline: still applying.
+    w.now += SignedDuration::from_secs(APPLYING_DEADLINE_SECONDS - 1);
+    w.step();
+    assert!(w.status.in_flight.is_some());
+    // At it: the previous image back, the version failed with the reason, nothing in flight.
+    w.now += SignedDuration::from_secs(1);
+    let (actions, notes, _) = w.step();
+    assert_eq!(actions, vec![Action::SetImage(IMAGE.into())]);
+    assert_eq!(notes, vec![reason::NOT_SNAPSHOTTED]);
+    assert!(w.status.in_flight.is_none());
+    assert_eq!(w.status.failed_versions, vec!["1.2.0".to_string()]);
+    assert_eq!(w.reason(UPDATING), reason::NOT_SNAPSHOTTED);
+    let last = w.status.history.last().unwrap();
+    assert_eq!(last.outcome, VersionOutcome::NotSnapshotted);
+    let message = last.message.as_deref().unwrap();
+    assert!(
+        message.contains("cut no snapshot holding 127.0.0.1:17300/web:1.2.0 within 600s"),
+        "{message}"
+    );
 }

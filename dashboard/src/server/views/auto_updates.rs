@@ -147,6 +147,8 @@ fn history_row(h: &VersionHistory) -> HistoryRow {
         VersionOutcome::Healthy => ("Healthy", Tone::Good),
         VersionOutcome::RolledBack => ("Rolled back", Tone::Bad),
         VersionOutcome::Superseded => ("Superseded", Tone::Idle),
+        VersionOutcome::NotSnapshotted => ("Not snapshotted", Tone::Bad),
+        VersionOutcome::RetryAllowed => ("Retry allowed", Tone::Idle),
     };
     HistoryRow {
         version: h.version.clone(),

@@ -15,11 +15,15 @@ impl Stepper<'_, '_> {
         let version = flight.version.clone();
         match flight.phase {
             InFlightPhase::Applying => {
-                self.actions.push(Action::SetImage(flight.image.clone()));
                 let Some(index) = o
                     .snapshot_with_image
                     .filter(|i| *i > flight.previous_snapshot_index)
                 else {
+                    let waited = o.now.as_second() - flight.start_time.0.as_second();
+                    if waited >= APPLYING_DEADLINE_SECONDS {
+                        return self.not_snapshotted(status, flight, waited);
+                    }
+                    self.actions.push(Action::SetImage(flight.image.clone()));
                     self.condition(
                         status,
                         (
@@ -35,6 +39,7 @@ impl Stepper<'_, '_> {
                     status.in_flight = Some(flight);
                     return;
                 };
+                self.actions.push(Action::SetImage(flight.image.clone()));
                 let name = run_name(o.name, &version);
                 flight.phase = InFlightPhase::RollingOut;
                 flight.snapshot_index = Some(index);
@@ -190,6 +195,48 @@ impl Stepper<'_, '_> {
                 }
             }
         }
+    }
+
+    /// The placement cut no snapshot of the new image within the deadline: the previous image
+    /// goes back, and the version counts as failed (a person may retry it) rather than being
+    /// tried forever.
+    fn not_snapshotted(
+        &mut self,
+        status: &mut AutoUpdatePolicyStatus,
+        flight: InFlightUpdate,
+        waited: i64,
+    ) {
+        let o = self.o;
+        let message = format!(
+            "placement {} cut no snapshot holding {} within {waited}s: does it select {} {}/{} (spec.placementName, spec.target)? {} is back on the target",
+            o.spec.placement_name,
+            flight.image,
+            o.spec.target.kind.as_str(),
+            o.spec.target.namespace,
+            o.spec.target.name,
+            flight.previous_image
+        );
+        self.actions
+            .push(Action::SetImage(flight.previous_image.clone()));
+        if !status.failed_versions.contains(&flight.version) {
+            status.failed_versions.push(flight.version.clone());
+            cap(&mut status.failed_versions);
+        }
+        push_history(
+            status,
+            history(
+                &flight,
+                VersionOutcome::NotSnapshotted,
+                o.now,
+                Some(message.clone()),
+            ),
+        );
+        status.in_flight = None;
+        self.condition(
+            status,
+            (UPDATING, FALSE, reason::NOT_SNAPSHOTTED, message.clone()),
+        );
+        self.note(true, reason::NOT_SNAPSHOTTED, message);
     }
 
     fn rolling_out(&self, status: &mut AutoUpdatePolicyStatus, flight: &InFlightUpdate, run: &str) {
