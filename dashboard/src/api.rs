@@ -115,15 +115,5 @@ pub async fn get_approval(name: String) -> Result<ApprovalRow, ServerFnError> {
         .and_then(|st| find(&st.conditions, fleethub_crds::approval::APPROVED))
         .filter(|c| c.status == TRUE)
         .map(|c| c.message.clone());
-    Ok(ApprovalRow {
-        name,
-        run: ar.spec.parent_stage_rollout.clone(),
-        stage: ar.spec.target_stage.clone(),
-        created: ar
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map(|t| t.0.as_second()),
-        approved_by,
-    })
+    Ok(crate::server::views::approval_row(&ar, approved_by))
 }

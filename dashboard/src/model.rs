@@ -446,6 +446,24 @@ pub struct ApprovalRow {
     pub created: Option<i64>,
     /// Who approved, if someone did.
     pub approved_by: Option<String>,
+    /// Under an approval policy: who approved so far, and how many it needs.
+    #[serde(default)]
+    pub approvals: Vec<String>,
+    /// How many distinct approvals its policy needs (None: no policy).
+    #[serde(default)]
+    pub needed: Option<u32>,
+}
+
+impl ApprovalRow {
+    /// "1 of 2 approvals: alice", under an approval policy.
+    pub fn progress(&self) -> Option<String> {
+        let needed = self.needed?;
+        let mut s = format!("{} of {needed} approvals", self.approvals.len());
+        if !self.approvals.is_empty() {
+            s.push_str(&format!(": {}", self.approvals.join(", ")));
+        }
+        Some(s)
+    }
 }
 
 /// "12s ago", "3m ago", "2h ago": the age of `then` at `now` (unix seconds).

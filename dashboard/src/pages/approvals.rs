@@ -37,6 +37,7 @@ fn approvals_table(v: ApprovalsView, can_approve: bool) -> impl IntoView {
                     <th>"Stage"</th>
                     <th>"Waiting since"</th>
                     <th>"Request"</th>
+                    <th>"Approvals"</th>
                     <th></th>
                 </tr>
             </thead>
@@ -55,6 +56,7 @@ fn approvals_table(v: ApprovalsView, can_approve: bool) -> impl IntoView {
                                 <td>
                                     <code>{a.name.clone()}</code>
                                 </td>
+                                <td class="approvals">{a.progress().unwrap_or_default()}</td>
                                 <td>
                                     {can_approve
                                         .then(|| {

@@ -50,6 +50,17 @@ fn confirm_view(a: ApprovalRow, me: Option<Me>) -> AnyView {
                 "? The run then continues with its next stage. This is recorded on the hub as approved by "
                 <b>{me.user.clone()}</b> "."
             </p>
+            {a
+                .progress()
+                .map(|p| {
+                    view! {
+                        <p class="approvals">
+                            {format!(
+                                "This gate has an approval policy: {p} so far; yours counts once.",
+                            )}
+                        </p>
+                    }
+                })}
             <input type="hidden" name="csrf" value=me.csrf.clone() />
             <label>
                 "Note (optional) " <input type="text" name="message" maxlength="200" size="40" />

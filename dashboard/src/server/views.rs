@@ -11,8 +11,7 @@ use fleethub_crds::conditions::{FALSE, TRUE, find};
 use fleethub_crds::drift::{self, DRIFTED};
 use fleethub_crds::override_apply::Overridden;
 use fleethub_crds::run_progress::{
-    Approval, ClusterPhase, ClusterProgress, RunPhase, RunProgress, StagePhase, StageProgress,
-    TaskProgress,
+    ClusterPhase, ClusterProgress, RunPhase, RunProgress, StagePhase, StageProgress, TaskProgress,
 };
 use fleethub_crds::update_run::{DELETION_STAGE, MetricCheckResult};
 use fleethub_crds::work::{APPLIED, AVAILABLE};
@@ -525,17 +524,24 @@ pub fn approvals(mut all: Vec<ApprovalRequest>, runs: &[UpdateRun]) -> Approvals
     });
     let pending = all
         .iter()
-        .filter(|a| Approval::of(a).is_none())
+        .filter(|a| !a.is_approved())
         .filter(|a| open_runs.contains(&a.spec.parent_stage_rollout))
-        .map(|a| ApprovalRow {
-            name: a.name_any(),
-            run: a.spec.parent_stage_rollout.clone(),
-            stage: a.spec.target_stage.clone(),
-            created: opt_unix(a.metadata.creation_timestamp.as_ref()),
-            approved_by: None,
-        })
+        .map(|a| approval_row(a, None))
         .collect();
     ApprovalsView { pending }
+}
+
+/// One ApprovalRequest as the pages show it, `approved_by` as the caller read it.
+pub fn approval_row(a: &ApprovalRequest, approved_by: Option<String>) -> ApprovalRow {
+    ApprovalRow {
+        name: a.name_any(),
+        run: a.spec.parent_stage_rollout.clone(),
+        stage: a.spec.target_stage.clone(),
+        created: opt_unix(a.metadata.creation_timestamp.as_ref()),
+        approved_by,
+        approvals: a.approvers().into_iter().map(str::to_string).collect(),
+        needed: a.spec.policy.as_ref().map(|p| p.needed() as u32),
+    }
 }
 
 #[cfg(test)]

@@ -463,3 +463,38 @@ fn every_run_phase_has_its_words_and_tone() {
         "the hub has not picked this run up yet"
     );
 }
+
+#[test]
+fn the_approvals_page_counts_the_approvals_of_a_gate_with_a_policy() {
+    let run = waiting_run();
+    let mut ar = ApprovalRequest::new(
+        "r1-canary",
+        fleethub_crds::approval::ApprovalRequestSpec {
+            parent_stage_rollout: "r1".into(),
+            target_stage: "canary".into(),
+            policy: Some(fleethub_crds::approval::ApprovalPolicy {
+                min_approvals: Some(2),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    );
+    ar.status = Some(fleethub_crds::approval::ApprovalRequestStatus {
+        approvals: vec![fleethub_crds::approval::ApprovalRecord {
+            user: "alice".into(),
+            time: Time(jiff::Timestamp::UNIX_EPOCH),
+            comment: None,
+            resource_snapshot_index: None,
+        }],
+        ..Default::default()
+    });
+    let view = super::approvals(vec![ar.clone()], std::slice::from_ref(&run));
+    assert_eq!(view.pending.len(), 1, "one of two approvals: still pending");
+    assert_eq!(
+        view.pending[0].progress().as_deref(),
+        Some("1 of 2 approvals: alice")
+    );
+    // Without a policy there is no count.
+    let plain = super::approval_row(&ApprovalRequest::new("r1-prod", Default::default()), None);
+    assert_eq!(plain.progress(), None);
+}
