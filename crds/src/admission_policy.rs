@@ -23,6 +23,23 @@ pub fn policies() -> Vec<Value> {
     ]
 }
 
+/// Creates and updates of `resources`, with the API server's defaults written out: the struct is
+/// atomic, so a server-side apply that left them out would conflict with an earlier one.
+fn match_constraints(resources: &[&str]) -> Value {
+    json!({
+        "matchPolicy": "Equivalent",
+        "namespaceSelector": {},
+        "objectSelector": {},
+        "resourceRules": [{
+            "apiGroups": ["fleethub.dev"],
+            "apiVersions": ["*"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": resources,
+            "scope": "*",
+        }],
+    })
+}
+
 fn binding(policy: &str) -> Value {
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -40,12 +57,7 @@ fn approvals() -> Value {
         "metadata": {"name": APPROVALS_POLICY, "labels": {"app.kubernetes.io/part-of": "fleethub"}},
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": ["fleethub.dev"],
-                "apiVersions": ["*"],
-                "operations": ["CREATE", "UPDATE"],
-                "resources": ["approvalrequests", "approvalrequests/status"],
-            }]},
+            "matchConstraints": match_constraints(&["approvalrequests", "approvalrequests/status"]),
             "variables": [
                 {"name": "old", "expression": "request.operation == 'UPDATE' && has(oldObject.status) && has(oldObject.status.approvals) ? oldObject.status.approvals : []"},
                 {"name": "new", "expression": "has(object.status) && has(object.status.approvals) ? object.status.approvals : []"},
@@ -103,12 +115,7 @@ fn run_starter() -> Value {
         "metadata": {"name": RUN_STARTER_POLICY, "labels": {"app.kubernetes.io/part-of": "fleethub"}},
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": ["fleethub.dev"],
-                "apiVersions": ["*"],
-                "operations": ["CREATE", "UPDATE"],
-                "resources": ["updateruns", "freezes"],
-            }]},
+            "matchConstraints": match_constraints(&["updateruns", "freezes"]),
             "validations": [
                 {
                     "expression": format!("request.operation != 'CREATE' || !({has_new}) || object.metadata.annotations['{a}'] == request.userInfo.username"),
