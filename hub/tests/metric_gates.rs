@@ -216,6 +216,15 @@ async fn background_analysis_failing_mid_stage_fails_it_before_its_remaining_clu
     let errors = TestGauge::new(fleet, "fleethub_test_errors", &[("run", &s.run)], 0.1)
         .await
         .unwrap();
+    // Prometheus sees the new series at its next scrape: the run starts once it does, or its
+    // first two checks (1 s apart) would find no data and fail the stage at once.
+    fleet
+        .wait_prometheus_data(
+            &format!("fleethub_test_errors{{run=\"{}\"}} < 0.5", s.run),
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
     s.strategy(json!([
         {"name": "production", "labelSelector": {"matchLabels": {"env": s.env("production")}},
          "analysis": {"failureLimit": 2, "metricCheck": {
