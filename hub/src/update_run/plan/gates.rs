@@ -16,7 +16,7 @@ use fleethub_crds::{duration, names};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{Action, ApprovalView, MetricKey, MetricQuery, Planner, Side};
+use super::{Action, MetricKey, MetricQuery, Planner, Side};
 
 /// What a gate (or all of a stage's gates on one side) came to.
 pub(super) enum Gate {
@@ -27,6 +27,37 @@ pub(super) enum Gate {
     /// Never will (the run fails): the reason of the run's conditions, which names the task type
     /// and what went wrong, and why.
     Failed(&'static str, String),
+}
+
+/// An ApprovalRequest as the planner needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ApprovalView {
+    /// The gate is open: `Approved=True` (or an approval) without a policy, `minApprovals`
+    /// distinct approvals under one.
+    pub approved: bool,
+    /// The hub set `ApprovalAccepted=True`.
+    pub accepted: bool,
+    /// Distinct approvals given so far.
+    pub approvals: usize,
+    /// How many its policy needs (None: no policy).
+    pub needed: Option<usize>,
+}
+
+impl ApprovalView {
+    /// The planner's view of an ApprovalRequest.
+    pub fn from_request(a: &fleethub_crds::ApprovalRequest) -> Self {
+        let conditions = a
+            .status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or_default();
+        Self {
+            approved: a.is_approved(),
+            accepted: is_true(conditions, fleethub_crds::approval::APPROVAL_ACCEPTED),
+            approvals: a.approvers().len(),
+            needed: a.spec.policy.as_ref().map(|p| p.needed()),
+        }
+    }
 }
 
 impl Planner<'_, '_> {

@@ -20,7 +20,7 @@ use fleethub_crds::update_run::{
     MAX_CLUSTERS_NOT_IN_RUN_NAMES, PROGRESSING, SUCCEEDED, UpdateRunState, UpdateRunStatus, reason,
 };
 use fleethub_crds::work::{APPLIED, AVAILABLE};
-use fleethub_crds::{Placement, UpdateRun, approval};
+use fleethub_crds::{Placement, UpdateRun};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -39,6 +39,7 @@ mod windows;
 pub use rollback::{ROLLBACK_STAGE, rollback_run_name};
 
 pub use fleethub_crds::metric_check::QueryOutcome;
+pub use gates::ApprovalView;
 pub use siblings::SiblingRun;
 
 /// Whether a stage task gates the stage before its clusters start or after they are done.
@@ -190,37 +191,6 @@ impl WorkView {
                 .as_ref()
                 .and_then(|a| a.get(fleethub_crds::overrides::WORK_OVERRIDES_ANNOTATION))
                 .cloned(),
-        }
-    }
-}
-
-/// An ApprovalRequest as the planner needs it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ApprovalView {
-    /// The gate is open: `Approved=True` (or an approval) without a policy, `minApprovals`
-    /// distinct approvals under one.
-    pub approved: bool,
-    /// The hub set `ApprovalAccepted=True`.
-    pub accepted: bool,
-    /// Distinct approvals given so far.
-    pub approvals: usize,
-    /// How many its policy needs (None: no policy).
-    pub needed: Option<usize>,
-}
-
-impl ApprovalView {
-    /// The planner's view of an ApprovalRequest.
-    pub fn from_request(a: &fleethub_crds::ApprovalRequest) -> Self {
-        let conditions = a
-            .status
-            .as_ref()
-            .map(|s| s.conditions.as_slice())
-            .unwrap_or_default();
-        Self {
-            approved: a.is_approved(),
-            accepted: is_true(conditions, approval::APPROVAL_ACCEPTED),
-            approvals: a.approvers().len(),
-            needed: a.spec.policy.as_ref().map(|p| p.needed()),
         }
     }
 }
